@@ -1,0 +1,522 @@
+"""Typed, frozen configuration dataclasses for one trial, with YAML loading and validation.
+
+Every config is hashable (mappings are stored as sorted tuples of pairs) so it can be a static
+field of an Equinox module or a static argument of a jitted function. Errors are `ConfigError`s
+that name the key path, the bad value and, where they exist, the allowed values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PE_KINDS = ("none", "learned", "sinusoidal", "rope", "alibi")
+NORMS = ("layernorm", "rmsnorm")
+MLPS = ("gelu", "swiglu")
+PARAMETRIZATIONS = ("sp", "ntk", "mup")
+DTYPES = ("float32", "bfloat16")
+
+Params = tuple[tuple[str, Any], ...]
+T = typing.TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """An invalid configuration; the message names the key path and the bad value."""
+
+
+def freeze(value: Any) -> Any:
+    """Turn mappings into sorted tuples of pairs and lists into tuples, recursively."""
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), freeze(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def thaw(params: Params) -> dict[str, Any]:
+    """Inverse of `freeze` for one level of parameters: a dict with tuples turned into lists."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in params}
+
+
+@dataclass(frozen=True)
+class RopeConfig:
+    """RoPE used in training: base `theta`, rotated fraction of each head, training-time scaling."""
+
+    theta: float = 10000.0
+    rotary_fraction: float = 1.0
+    scaling: str = "default"
+    factor: float = 1.0
+    params: Params = ()
+
+
+@dataclass(frozen=True)
+class PositionConfig:
+    """How positions enter the model.
+
+    `max_length` sizes the learned table (None: the longest evaluated length). With
+    `randomized`, training positions are a sorted random subset of [0, random_max_length)
+    (Ruoss et al. 2023); evaluation draws them the same way.
+    """
+
+    kind: str = "rope"
+    max_length: int | None = None
+    randomized: bool = False
+    random_max_length: int | None = None
+    rope: RopeConfig = RopeConfig()
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Decoder-only Transformer shape. Heads default to width // head_dim (fixed head_dim)."""
+
+    width: int = 128
+    depth: int = 2
+    head_dim: int | None = 32
+    heads: int | None = None
+    mlp_ratio: float = 4.0
+    norm: str = "layernorm"
+    mlp: str = "gelu"
+    parametrization: str = "sp"
+    base_width: int = 128
+    dtype: str = "float32"
+    position: PositionConfig = PositionConfig()
+
+    @property
+    def n_heads(self) -> int:
+        """Number of attention heads."""
+        return self.heads if self.heads is not None else self.width // (self.head_dim or 1)
+
+    @property
+    def d_head(self) -> int:
+        """Dimension of each head."""
+        return self.width // self.n_heads
+
+    @property
+    def d_mlp(self) -> int:
+        """Hidden size of the MLP."""
+        return int(round(self.width * self.mlp_ratio))
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """A task from `rope_lab.tasks.TASKS`, its vocabulary size and its parameters."""
+
+    name: str = "passkey"
+    vocab_size: int = 32
+    params: Params = ()
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """AdamW with linear warmup and cosine decay; `length` is L_train."""
+
+    length: int = 64
+    batch_size: int = 32
+    steps: int = 300
+    lr: float = 3e-3
+    warmup_steps: int = 30
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.01
+    b1: float = 0.9
+    b2: float = 0.98
+    eps: float = 1e-8
+    clip_norm: float = 1.0
+    seed: int = 0
+    log_every: int = 10
+    checkpoint_every: int = 0
+    eval_every: int = 0
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Length-extrapolation evaluation.
+
+    Lengths are `length_multipliers` x L_train. RoPE models are also evaluated under each
+    scaling `method` at each `factor` (zero-shot; and after `finetune_steps` steps at
+    factor x L_train when that is > 0). `method_params` holds per-method parameters, e.g.
+    `{llama3: {low_freq_factor: 1, high_freq_factor: 4}}`.
+    """
+
+    length_multipliers: tuple[float, ...] = (0.25, 0.5, 1.0, 1.5, 2.0, 4.0, 8.0, 16.0)
+    batches: int = 2
+    batch_size: int = 16
+    position_buckets: int = 8
+    methods: tuple[str, ...] = ("linear", "ntk", "dynamic", "yarn", "llama3")
+    factors: tuple[float, ...] = (2.0, 4.0)
+    method_params: Params = (("llama3", (("high_freq_factor", 4.0), ("low_freq_factor", 1.0))),)
+    finetune_steps: int = 0
+    finetune_lr: float = 1e-3
+    accuracy_threshold: float = 0.9
+    seed: int = 1234
+
+    def params_for(self, method: str) -> dict[str, Any]:
+        """Extra parameters of one scaling method, as a dict."""
+        for name, params in self.method_params:
+            if name == method:
+                return thaw(params)
+        return {}
+
+
+@dataclass(frozen=True)
+class TrialConfig:
+    """Everything that defines one trial."""
+
+    name: str = "trial"
+    model: ModelConfig = ModelConfig()
+    task: TaskConfig = TaskConfig()
+    train: TrainConfig = TrainConfig()
+    eval: EvalConfig = EvalConfig()
+
+    @property
+    def eval_lengths(self) -> tuple[int, ...]:
+        """Evaluated lengths, sorted and unique, each at least 1."""
+        lengths = {max(1, int(round(m * self.train.length))) for m in self.eval.length_multipliers}
+        return tuple(sorted(lengths))
+
+    @property
+    def max_length(self) -> int:
+        """Longest position the model must handle (learned table size)."""
+        pos = self.model.position
+        candidates = [*self.eval_lengths, self.train.length]
+        candidates += [int(f * self.train.length) for f in self.eval.factors]
+        if pos.max_length is not None:
+            candidates.append(pos.max_length)
+        if pos.randomized and pos.random_max_length is not None:
+            candidates.append(pos.random_max_length)
+        return max(candidates)
+
+    @property
+    def trial_id(self) -> str:
+        """Readable slug plus a hash of the canonical config."""
+        m = self.model
+        scaling = ""
+        if m.position.kind == "rope" and m.position.rope.scaling != "default":
+            scaling = f"-{m.position.rope.scaling}{m.position.rope.factor:g}"
+        slug = (
+            f"{self.task.name}-{m.position.kind}{scaling}-w{m.width}-d{m.depth}"
+            f"-L{self.train.length}-s{self.train.seed}"
+        )
+        return f"{slug}-{config_hash(self)}"
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """A plain, YAML/JSON-able dict of a config (params as mappings)."""
+    out: dict[str, Any] = {}
+    hints = typing.get_type_hints(type(cfg))
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            out[f.name] = to_dict(value)
+        elif hints[f.name] == Params:
+            out[f.name] = {k: _params_to_plain(v) for k, v in value}
+        elif isinstance(value, tuple):
+            out[f.name] = list(value)
+        else:
+            out[f.name] = value
+    return out
+
+
+def _params_to_plain(value: Any) -> Any:
+    if isinstance(value, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in value):
+        if all(isinstance(p[0], str) for p in value) and value:
+            return {k: _params_to_plain(v) for k, v in value}
+    if isinstance(value, tuple):
+        return [_params_to_plain(v) for v in value]
+    return value
+
+
+def config_hash(cfg: Any, n: int = 10) -> str:
+    """Stable hex digest of a config's canonical JSON (`name` excluded)."""
+    data = to_dict(cfg)
+    data.pop("name", None)
+    blob = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:n]
+
+
+def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0], True
+    return tp, False
+
+
+def _coerce(value: Any, tp: Any, path: str) -> Any:
+    if tp == Params:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{path}: expected a mapping of parameters, got {value!r}")
+        return freeze(value)
+    tp, optional = _unwrap_optional(tp)
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{path}: must not be null")
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{path}: expected a mapping, got {value!r}")
+        return from_dict(tp, value, path)  # type: ignore[arg-type]
+    if typing.get_origin(tp) is tuple:
+        (inner, *_) = typing.get_args(tp)
+        if not isinstance(value, list | tuple):
+            value = [value]
+        return tuple(_coerce(v, inner, f"{path}[{i}]") for i, v in enumerate(value))
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{path}: expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+            raise ConfigError(f"{path}: expected an integer, got {value!r}")
+        return int(value)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            try:
+                return float(value)
+            except (TypeError, ValueError):
+                raise ConfigError(f"{path}: expected a number, got {value!r}") from None
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{path}: expected a string, got {value!r}")
+        return value
+    return value
+
+
+def unknown_key_message(key: str, allowed: list[str], path: str) -> str:
+    """'unknown key' message with a did-you-mean suggestion and the allowed keys."""
+    close = difflib.get_close_matches(key, allowed, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return f"{path}: unknown key '{key}'{hint}; allowed: {', '.join(sorted(allowed))}"
+
+
+def from_dict(cls: type[T], data: Mapping[str, Any], path: str = "") -> T:
+    """Build a config dataclass from a nested mapping, rejecting unknown keys and bad types."""
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    kwargs = {}
+    for key, value in data.items():
+        key_path = f"{path}.{key}" if path else str(key)
+        if key not in names:
+            raise ConfigError(unknown_key_message(str(key), names, key_path))
+        kwargs[key] = _coerce(value, hints[key], key_path)
+    return cls(**kwargs)
+
+
+def _check_choice(value: str, allowed: tuple[str, ...], path: str) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{path}: unknown value {value!r}; allowed: {', '.join(allowed)}")
+
+
+def _check_positive(value: float | int | None, path: str, *, allow_zero: bool = False) -> None:
+    if value is None:
+        return
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ConfigError(f"{path}: must be {bound}, got {value!r}")
+
+
+def validate(cfg: TrialConfig) -> TrialConfig:
+    """Check a trial config; raise ConfigError naming the key path. Returns the config."""
+    from rope_lab import rope, tasks
+
+    m, p = cfg.model, cfg.model.position
+    tr = cfg.train
+    for name in ("length", "batch_size", "lr", "clip_norm"):
+        _check_positive(getattr(tr, name), f"train.{name}")
+    for name in ("steps", "warmup_steps", "weight_decay", "checkpoint_every", "eval_every"):
+        _check_positive(getattr(tr, name), f"train.{name}", allow_zero=True)
+    _check_positive(tr.log_every, "train.log_every")
+    if not 0 <= tr.min_lr_ratio <= 1:
+        raise ConfigError(f"train.min_lr_ratio: must be in [0, 1], got {tr.min_lr_ratio!r}")
+
+    ev = cfg.eval
+    for i, mult in enumerate(ev.length_multipliers):
+        if mult * tr.length < 1:
+            raise ConfigError(
+                f"eval.length_multipliers[{i}]: {mult} x train.length={tr.length} is below 1"
+            )
+    for name in ("batches", "batch_size", "position_buckets"):
+        _check_positive(getattr(ev, name), f"eval.{name}")
+    _check_positive(ev.finetune_steps, "eval.finetune_steps", allow_zero=True)
+    if not 0 < ev.accuracy_threshold <= 1:
+        raise ConfigError(
+            f"eval.accuracy_threshold: must be in (0, 1], got {ev.accuracy_threshold!r}"
+        )
+    for i, factor in enumerate(ev.factors):
+        if factor < 1:
+            raise ConfigError(f"eval.factors[{i}]: factor must be >= 1, got {factor!r}")
+    for name in ("width", "depth", "base_width"):
+        _check_positive(getattr(m, name), f"model.{name}")
+    _check_positive(m.mlp_ratio, "model.mlp_ratio")
+    _check_choice(m.norm, NORMS, "model.norm")
+    _check_choice(m.mlp, MLPS, "model.mlp")
+    _check_choice(m.parametrization, PARAMETRIZATIONS, "model.parametrization")
+    _check_choice(m.dtype, DTYPES, "model.dtype")
+    if (m.heads is None) == (m.head_dim is None):
+        raise ConfigError(
+            "model.heads / model.head_dim: set exactly one "
+            f"(got heads={m.heads!r}, head_dim={m.head_dim!r})"
+        )
+    if m.heads is not None:
+        _check_positive(m.heads, "model.heads")
+        if m.width % m.heads:
+            raise ConfigError(f"model.heads: {m.heads} does not divide model.width={m.width}")
+    else:
+        _check_positive(m.head_dim, "model.head_dim")
+        if m.width % m.head_dim:  # type: ignore[operator]
+            raise ConfigError(
+                f"model.head_dim: {m.head_dim} does not divide model.width={m.width}"
+            )
+    _check_choice(p.kind, PE_KINDS, "model.position.kind")
+    _check_positive(p.max_length, "model.position.max_length")
+    if p.randomized:
+        if p.kind not in ("learned", "sinusoidal", "rope", "alibi"):
+            raise ConfigError(
+                "model.position.randomized: needs an encoding that takes positions, "
+                f"not kind={p.kind!r}"
+            )
+        if p.random_max_length is None or p.random_max_length < cfg.train.length:
+            raise ConfigError(
+                "model.position.random_max_length: must be >= train.length="
+                f"{cfg.train.length} when randomized, got {p.random_max_length!r}"
+            )
+    if p.kind == "learned" and p.max_length is not None and p.max_length < max(cfg.eval_lengths):
+        raise ConfigError(
+            f"model.position.max_length: {p.max_length} is shorter than the longest "
+            f"evaluated length {max(cfg.eval_lengths)}"
+        )
+    r = p.rope
+    _check_positive(r.theta, "model.position.rope.theta")
+    if not 0 < r.rotary_fraction <= 1:
+        raise ConfigError(
+            f"model.position.rope.rotary_fraction: must be in (0, 1], got {r.rotary_fraction!r}"
+        )
+    rotary_dim = rotary_dim_of(m)
+    if p.kind == "rope" and rotary_dim < 2:
+        raise ConfigError(
+            f"model.position.rope.rotary_fraction: rotates {rotary_dim} dims of "
+            f"head_dim={m.d_head}; need at least 2"
+        )
+    _check_rope(
+        r.scaling, rotary_dim, r.factor, cfg.train.length, thaw(r.params), "model.position.rope"
+    )
+
+    t = cfg.task
+    if t.name not in tasks.TASKS:
+        raise ConfigError(f"task.name: unknown task {t.name!r}; allowed: {', '.join(tasks.TASKS)}")
+    try:
+        task = tasks.make_task(t.name, t.vocab_size, **thaw(t.params))
+    except ValueError as err:
+        raise ConfigError(f"task: {err}") from None
+    checks = [("train.length", tr.length)]
+    checks += [("eval.length_multipliers", n) for n in cfg.eval_lengths]
+    for key_path, length in checks:
+        try:
+            task.validate(length)
+        except ValueError as err:
+            raise ConfigError(f"{key_path}: length {length} does not fit the task: {err}") from None
+
+    method_names = [name for name, _ in ev.method_params]
+    for name in method_names:
+        if name not in rope.ROPE_KINDS:
+            raise ConfigError(
+                f"eval.method_params.{name}: unknown scaling method; "
+                f"allowed: {', '.join(rope.ROPE_KINDS)}"
+            )
+    if p.kind == "rope":
+        for i, method in enumerate(ev.methods):
+            for factor in ev.factors:
+                _check_rope(
+                    method,
+                    rotary_dim,
+                    factor,
+                    tr.length,
+                    ev.params_for(method),
+                    f"eval.methods[{i}]",
+                )
+    else:
+        for i, method in enumerate(ev.methods):
+            _check_choice(method, rope.ROPE_KINDS, f"eval.methods[{i}]")
+    return cfg
+
+
+def rotary_dim_of(m: ModelConfig) -> int:
+    """Rotated dimensions per head: rotary_fraction x head_dim, rounded down to even."""
+    return int(m.d_head * m.position.rope.rotary_fraction) // 2 * 2
+
+
+def _check_rope(
+    kind: str, rotary_dim: int, factor: float, length: int, params: dict, path: str
+) -> None:
+    from rope_lab import rope
+
+    if kind not in rope.ROPE_KINDS:
+        raise ConfigError(f"{path}: unknown scaling {kind!r}; allowed: {', '.join(rope.ROPE_KINDS)}")
+    try:
+        rope.validate_scaling(
+            kind, max(rotary_dim, 2), factor=factor, original_length=length, **params
+        )
+    except ValueError as err:
+        raise ConfigError(f"{path} ({kind}, factor {factor:g}): {err}") from None
+
+
+def load_trial(path: str | Path) -> TrialConfig:
+    """Read a trial YAML file into a validated TrialConfig; errors name the file."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError(f"{path}: cannot read YAML: {err}") from None
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    try:
+        return validate(from_dict(TrialConfig, data))
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None
+
+
+def replace(cfg: Any, **changes: Any) -> Any:
+    """`dataclasses.replace` that accepts dotted paths, e.g. replace(cfg, **{"model.width": 64})."""
+    nested: dict[str, dict[str, Any]] = {}
+    direct: dict[str, Any] = {}
+    for key, value in changes.items():
+        head, _, rest = key.partition(".")
+        if rest:
+            nested.setdefault(head, {})[rest] = value
+        else:
+            direct[head] = value
+    for head, sub in nested.items():
+        direct[head] = replace(getattr(cfg, head), **sub)
+    return dataclasses.replace(cfg, **direct)
+
+
+__all__ = [
+    "DTYPES",
+    "MLPS",
+    "NORMS",
+    "PARAMETRIZATIONS",
+    "PE_KINDS",
+    "ConfigError",
+    "EvalConfig",
+    "ModelConfig",
+    "PositionConfig",
+    "RopeConfig",
+    "TaskConfig",
+    "TrainConfig",
+    "TrialConfig",
+    "config_hash",
+    "from_dict",
+    "load_trial",
+    "replace",
+    "to_dict",
+    "validate",
+]

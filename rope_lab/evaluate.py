@@ -1,0 +1,236 @@
+"""Length-extrapolation evaluation: metrics per length and per position bucket, under each RoPE
+scaling method and factor (zero-shot, dynamic recomputed at every length; optionally after a
+short fine-tune at the target length), and the extrapolation summary.
+
+Rows are plain dicts with the `eval` table's columns: step, method, factor, finetune_steps,
+length, loss, perplexity, accuracy, exact_match, position_bucket (None for whole sequences).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rope_lab.config import TrialConfig, thaw
+from rope_lab.model import Transformer, with_scaling
+from rope_lab.tasks import Task
+from rope_lab.train import batch_positions, token_losses, train
+
+NO_SCALING = "none"
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """A RoPE scaling applied at evaluation: method, factor, extra parameters (as pairs)."""
+
+    method: str
+    factor: float
+    params: tuple = ()
+
+
+@eqx.filter_jit
+def _batch_sums(model: Transformer, task: Task, key, batch_size: int, length: int, cfg):
+    data_key, pos_key = jax.random.split(key)
+    batch = task.sample(data_key, batch_size, length)
+    positions = batch_positions(cfg, pos_key, batch_size, length)
+    losses, correct = token_losses(model, batch, positions)
+    mask = batch.mask
+    per_position = (
+        jnp.sum(jnp.where(mask, losses, 0.0), axis=0),
+        jnp.sum(mask & correct, axis=0),
+        jnp.sum(mask, axis=0),
+    )
+    exact = jnp.all(correct | ~mask, axis=1) & jnp.any(mask, axis=1)
+    return per_position, jnp.sum(exact), jnp.sum(jnp.any(mask, axis=1))
+
+
+def evaluate_length(
+    model: Transformer, task: Task, cfg: TrialConfig, length: int, *, key
+) -> dict[str, np.ndarray | float]:
+    """Per-position loss sums, correct counts and scored counts (each (L,)) plus exact match."""
+    ev = cfg.eval
+    loss_sum = np.zeros(length)
+    correct = np.zeros(length)
+    count = np.zeros(length)
+    exact = n_seq = 0.0
+    for b in range(ev.batches):
+        (ls, cs, ns), ex, nq = _batch_sums(
+            model, task, jax.random.fold_in(key, b), ev.batch_size, length, cfg
+        )
+        loss_sum += np.asarray(ls, np.float64)
+        correct += np.asarray(cs, np.float64)
+        count += np.asarray(ns, np.float64)
+        exact += float(ex)
+        n_seq += float(nq)
+    return {
+        "loss_sum": loss_sum,
+        "correct": correct,
+        "count": count,
+        "exact_match": exact / max(n_seq, 1.0),
+    }
+
+
+def _metric_row(loss_sum: float, correct: float, count: float) -> dict[str, float]:
+    loss = loss_sum / count if count else math.nan
+    return {
+        "loss": loss,
+        "perplexity": math.exp(min(loss, 700.0)) if count else math.nan,
+        "accuracy": correct / count if count else math.nan,
+    }
+
+
+def rows_for_length(
+    sums: dict, length: int, buckets: int, base: dict
+) -> list[dict[str, float | int | str | None]]:
+    """Whole-sequence row plus one row per position bucket (bucket start in `position_bucket`)."""
+    whole = _metric_row(sums["loss_sum"].sum(), sums["correct"].sum(), sums["count"].sum())
+    rows = [{**base, "length": length, **whole, "exact_match": sums["exact_match"],
+             "position_bucket": None}]  # fmt: skip
+    n = min(buckets, length)
+    edges = np.linspace(0, length, n + 1).astype(int)
+    for start, stop in zip(edges[:-1], edges[1:], strict=True):
+        part = _metric_row(
+            sums["loss_sum"][start:stop].sum(),
+            sums["correct"][start:stop].sum(),
+            sums["count"][start:stop].sum(),
+        )
+        rows.append({**base, "length": length, **part, "exact_match": None,
+                     "position_bucket": int(start)})  # fmt: skip
+    return rows
+
+
+def scalings_for(cfg: TrialConfig) -> list[Scaling]:
+    """The training-time scaling first, then every (method, factor) of the eval config (RoPE)."""
+    pos = cfg.model.position
+    if pos.kind != "rope":
+        return [Scaling(NO_SCALING, 1.0)]
+    out = [Scaling(pos.rope.scaling, pos.rope.factor, pos.rope.params)]
+    for method in cfg.eval.methods:
+        for factor in cfg.eval.factors:
+            params = tuple(sorted(cfg.eval.params_for(method).items()))
+            candidate = Scaling(method, factor, tuple((k, _freeze(v)) for k, v in params))
+            if candidate not in out:
+                out.append(candidate)
+    return out
+
+
+def _freeze(value):
+    return tuple(value) if isinstance(value, list) else value
+
+
+def evaluate_model(
+    model: Transformer,
+    task: Task,
+    cfg: TrialConfig,
+    *,
+    step: int,
+    scalings: Iterable[Scaling] | None = None,
+    finetune_steps: int = 0,
+    lengths: Sequence[int] | None = None,
+) -> list[dict]:
+    """Eval rows for each scaling and length. The same data key for every scaling, so methods are
+    compared on identical batches. RoPE frequencies are recomputed per length (dynamic)."""
+    lengths = cfg.eval_lengths if lengths is None else lengths
+    key = jax.random.PRNGKey(cfg.eval.seed)
+    rows: list[dict] = []
+    for scaling in scalings_for(cfg) if scalings is None else scalings:
+        base = {
+            "step": step,
+            "method": scaling.method,
+            "factor": scaling.factor,
+            "finetune_steps": finetune_steps,
+        }
+        for length in lengths:
+            scaled = model
+            if scaling.method != NO_SCALING:
+                scaled = with_scaling(
+                    model, scaling.method, scaling.factor, thaw(scaling.params), seq_len=length
+                )
+            sums = evaluate_length(scaled, task, cfg, length, key=jax.random.fold_in(key, length))
+            rows.extend(rows_for_length(sums, length, cfg.eval.position_buckets, base))
+    return rows
+
+
+def finetune_and_evaluate(
+    model: Transformer, task: Task, cfg: TrialConfig, *, step: int
+) -> list[dict]:
+    """For each (method, factor) of a RoPE model: fine-tune `eval.finetune_steps` steps at
+    factor x L_train with that scaling, then evaluate at every length."""
+    ev = cfg.eval
+    if ev.finetune_steps <= 0 or cfg.model.position.kind != "rope":
+        return []
+    rows: list[dict] = []
+    for scaling in scalings_for(cfg)[1:]:
+        target = int(round(scaling.factor * cfg.train.length))
+        scaled = with_scaling(
+            model, scaling.method, scaling.factor, thaw(scaling.params), seq_len=target
+        )
+        tuned = train(
+            cfg,
+            model=scaled,
+            length=target,
+            steps=ev.finetune_steps,
+            lr=ev.finetune_lr,
+            data_seed=cfg.train.seed + 10_000,
+        )
+        rows += evaluate_model(
+            tuned.model, task, cfg, step=step, scalings=[scaling], finetune_steps=ev.finetune_steps
+        )
+    return rows
+
+
+def extrapolation_summary(rows: Sequence[dict], train_length: int, threshold: float) -> list[dict]:
+    """Per (method, factor, finetune_steps): accuracy at L_train and the longest evaluated length
+    up to which accuracy stays >= threshold x that value (None without an L_train row)."""
+    whole = [r for r in rows if r["position_bucket"] is None]
+    groups: dict[tuple, list[dict]] = {}
+    for r in whole:
+        groups.setdefault((r["method"], r["factor"], r["finetune_steps"]), []).append(r)
+    out = []
+    for (method, factor, ft), group in groups.items():
+        by_length = {r["length"]: r for r in group}
+        ref = by_length.get(train_length)
+        longest = None
+        if ref is not None and not math.isnan(ref["accuracy"]):
+            for length in sorted(by_length):
+                if by_length[length]["accuracy"] >= threshold * ref["accuracy"]:
+                    longest = length
+                else:
+                    if length >= train_length:
+                        break
+        out.append(
+            {
+                "method": method,
+                "factor": factor,
+                "finetune_steps": ft,
+                "in_distribution_accuracy": None if ref is None else ref["accuracy"],
+                "longest_length": longest,
+            }
+        )
+    return out
+
+
+def format_table(rows: Sequence[dict], metric: str = "accuracy") -> str:
+    """Text table: one line per (method, factor, finetune_steps), one column per length."""
+    whole = [r for r in rows if r["position_bucket"] is None]
+    lengths = sorted({r["length"] for r in whole})
+    keys: list[tuple] = []
+    cells: dict[tuple, dict[int, float]] = {}
+    for r in whole:
+        k = (r["method"], r["factor"], r["finetune_steps"])
+        if k not in cells:
+            keys.append(k)
+            cells[k] = {}
+        cells[k][r["length"]] = r[metric]
+    head = f"{'method':<10}{'factor':>7}{'ft':>6} " + "".join(f"{n:>9}" for n in lengths)
+    lines = [f"{metric} by evaluation length", head, "-" * len(head)]
+    for k in keys:
+        vals = "".join(f"{cells[k].get(n, math.nan):>9.3f}" for n in lengths)
+        lines.append(f"{k[0]:<10}{k[1]:>7g}{k[2]:>6} {vals}")
+    return "\n".join(lines)

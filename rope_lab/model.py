@@ -1,0 +1,325 @@
+"""Decoder-only causal Transformer in Equinox, with position-encoding hooks.
+
+One sequence at a time: `model(tokens (L,), positions (L,) | None) -> logits (L, V)`; batch with
+`jax.vmap`. Blocks are stacked along a leading axis and run with `jax.lax.scan`, so compile time
+does not grow with depth.
+
+Parametrisations (`sp`, `ntk`, `mup`) differ in init scale, forward multipliers, the attention
+logit scale and per-group learning-rate multipliers (`lr_multipliers`):
+
+| weight       | sp init var  | ntk: init var 1, forward x | mup (Tensor Programs V, Adam)       |
+| embeddings   | 1            | 1                          | 1, lr x 1                           |
+| hidden W     | 1/fan_in     | 1/sqrt(fan_in)             | 1/fan_in, lr x base_width/width     |
+| readout      | 1/fan_in     | 1/sqrt(fan_in)             | zero init, lr x base_width/width    |
+| attention    | 1/sqrt(d)    | 1/sqrt(d)                  | 8/d (= 1/sqrt(d) at d = 64)         |
+"""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int, PRNGKeyArray
+
+from rope_lab.config import ModelConfig
+from rope_lab.positions import (
+    Frozen,
+    PositionEncoding,
+    RotaryPE,
+    make_position_encoding,
+    rope_frequencies,
+    with_rope_scaling,
+)
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+class Linear(eqx.Module):
+    """y = multiplier * x @ W.T, no bias; W has shape (out, in)."""
+
+    weight: Float[Array, "out in"]
+    multiplier: float = eqx.field(static=True)
+
+    def __init__(self, fan_in: int, fan_out: int, *, init_std: float, multiplier: float, key):
+        self.weight = init_std * jax.random.normal(key, (fan_out, fan_in))
+        self.multiplier = multiplier
+
+    def __call__(self, x: Float[Array, "... in"]) -> Float[Array, "... out"]:
+        """Apply to the last axis."""
+        y = x @ self.weight.astype(x.dtype).T
+        return y * self.multiplier if self.multiplier != 1.0 else y
+
+
+def _linear(cfg: ModelConfig, fan_in: int, fan_out: int, key, *, readout: bool = False) -> Linear:
+    if cfg.parametrization == "ntk":
+        return Linear(fan_in, fan_out, init_std=1.0, multiplier=fan_in**-0.5, key=key)
+    if cfg.parametrization == "mup" and readout:
+        return Linear(fan_in, fan_out, init_std=0.0, multiplier=1.0, key=key)
+    return Linear(fan_in, fan_out, init_std=fan_in**-0.5, multiplier=1.0, key=key)
+
+
+class Norm(eqx.Module):
+    """LayerNorm (with bias) or RMSNorm over the last axis."""
+
+    weight: Float[Array, " D"]
+    bias: Float[Array, " D"] | None
+    eps: float = eqx.field(static=True, default=1e-5)
+
+    def __init__(self, width: int, kind: str):
+        self.weight = jnp.ones((width,))
+        self.bias = jnp.zeros((width,)) if kind == "layernorm" else None
+
+    def __call__(self, x: Float[Array, "L D"]) -> Float[Array, "L D"]:
+        """Normalise in float32, return in x's dtype."""
+        h = x.astype(jnp.float32)
+        if self.bias is not None:
+            h = h - h.mean(-1, keepdims=True)
+        h = h * jax.lax.rsqrt((h * h).mean(-1, keepdims=True) + self.eps)
+        h = h * self.weight
+        if self.bias is not None:
+            h = h + self.bias
+        return h.astype(x.dtype)
+
+
+class Attention(eqx.Module):
+    """Causal multi-head self-attention with rotation and bias hooks."""
+
+    q: Linear
+    k: Linear
+    v: Linear
+    o: Linear
+    heads: int = eqx.field(static=True)
+    scale: float = eqx.field(static=True)
+
+    def __init__(self, cfg: ModelConfig, *, key: PRNGKeyArray):
+        kq, kk, kv, ko = jax.random.split(key, 4)
+        self.q = _linear(cfg, cfg.width, cfg.width, kq)
+        self.k = _linear(cfg, cfg.width, cfg.width, kk)
+        self.v = _linear(cfg, cfg.width, cfg.width, kv)
+        self.o = _linear(cfg, cfg.width, cfg.width, ko)
+        self.heads = cfg.n_heads
+        d = cfg.d_head
+        self.scale = 8.0 / d if cfg.parametrization == "mup" else 1.0 / math.sqrt(d)
+
+    def _split(self, t: Array) -> Float[Array, "L H Dh"]:
+        length, width = t.shape
+        return t.reshape(length, self.heads, width // self.heads)
+
+    def logits(
+        self, x: Float[Array, "L D"], positions: Array, encoding: PositionEncoding
+    ) -> Float[Array, "H L L"]:
+        """Unmasked attention logits in float32, position rotation and bias included."""
+        q, k = encoding.rotate(self._split(self.q(x)), self._split(self.k(x)), positions)
+        logits = jnp.einsum("qhd,khd->hqk", q, k).astype(jnp.float32) * self.scale
+        bias = encoding.bias(positions)
+        return logits if bias is None else logits + bias
+
+    def __call__(
+        self, x: Float[Array, "L D"], positions: Array, encoding: PositionEncoding
+    ) -> Float[Array, "L D"]:
+        """Attend causally over the sequence index (not over position values)."""
+        length, width = x.shape
+        logits = self.logits(x, positions, encoding)
+        causal = jnp.tril(jnp.ones((length, length), dtype=bool))
+        logits = jnp.where(causal[None], logits, -jnp.inf)
+        weights = jax.nn.softmax(logits, axis=-1).astype(x.dtype)
+        out = jnp.einsum("hqk,khd->qhd", weights, self._split(self.v(x)))
+        return self.o(out.reshape(length, width))
+
+
+class MLP(eqx.Module):
+    """GELU MLP or SwiGLU."""
+
+    up: Linear
+    down: Linear
+    gate: Linear | None
+
+    def __init__(self, cfg: ModelConfig, *, key: PRNGKeyArray):
+        ku, kd, kg = jax.random.split(key, 3)
+        self.up = _linear(cfg, cfg.width, cfg.d_mlp, ku)
+        self.down = _linear(cfg, cfg.d_mlp, cfg.width, kd)
+        self.gate = _linear(cfg, cfg.width, cfg.d_mlp, kg) if cfg.mlp == "swiglu" else None
+
+    def __call__(self, x: Float[Array, "L D"]) -> Float[Array, "L D"]:
+        """Position-wise feed-forward."""
+        if self.gate is None:
+            return self.down(jax.nn.gelu(self.up(x)))
+        return self.down(jax.nn.silu(self.gate(x)) * self.up(x))
+
+
+class Block(eqx.Module):
+    """Pre-norm residual block: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    attn_norm: Norm
+    attn: Attention
+    mlp_norm: Norm
+    mlp: MLP
+
+    def __init__(self, cfg: ModelConfig, *, key: PRNGKeyArray):
+        ka, km = jax.random.split(key)
+        self.attn_norm = Norm(cfg.width, cfg.norm)
+        self.attn = Attention(cfg, key=ka)
+        self.mlp_norm = Norm(cfg.width, cfg.norm)
+        self.mlp = MLP(cfg, key=km)
+
+    def __call__(self, x: Array, positions: Array, encoding: PositionEncoding) -> Array:
+        """(L, D) -> (L, D)."""
+        x = x + self.attn(self.attn_norm(x), positions, encoding)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Transformer(eqx.Module):
+    """Embedding, position encoding, `depth` stacked blocks, final norm, untied readout."""
+
+    embedding: Float[Array, "V D"]
+    position: PositionEncoding
+    blocks: Block  # every array leaf has a leading (depth,) axis
+    final_norm: Norm
+    head: Linear
+    config: ModelConfig = eqx.field(static=True)
+    train_length: int = eqx.field(static=True)
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        vocab_size: int,
+        *,
+        train_length: int,
+        max_length: int,
+        key: PRNGKeyArray,
+    ):
+        ke, kp, kb, kh = jax.random.split(key, 4)
+        self.embedding = jax.random.normal(ke, (vocab_size, cfg.width))
+        self.position = make_position_encoding(
+            cfg, max_length=max_length, train_length=train_length, key=kp
+        )
+        self.blocks = eqx.filter_vmap(lambda k: Block(cfg, key=k))(
+            jax.random.split(kb, cfg.depth)
+        )
+        self.final_norm = Norm(cfg.width, cfg.norm)
+        self.head = _linear(cfg, cfg.width, vocab_size, kh, readout=True)
+        self.config = cfg
+        self.train_length = train_length
+
+    def __call__(
+        self, tokens: Int[Array, " L"], positions: Int[Array, " L"] | None = None
+    ) -> Float[Array, "L V"]:
+        """Logits (L, V) for tokens (L,) at positions (L,) (default 0..L-1), in float32."""
+        positions = _default_positions(tokens, positions)
+        x = self.embed(tokens, positions)
+        params, static = eqx.partition(self.blocks, eqx.is_array)
+
+        def layer(h, block_params):
+            block = eqx.combine(block_params, static)
+            return block(h, positions, self.position), None
+
+        x, _ = jax.lax.scan(layer, x, params)
+        return self.head(self.final_norm(x)).astype(jnp.float32)
+
+    def embed(self, tokens: Int[Array, " L"], positions: Int[Array, " L"]) -> Float[Array, "L D"]:
+        """Token embeddings plus any additive position embedding, in the compute dtype."""
+        x = self.embedding[tokens]
+        pe = self.position.embed(positions)
+        if pe is not None:
+            x = x + pe
+        return x.astype(DTYPES[self.config.dtype])
+
+    def attention_logits(
+        self, tokens: Int[Array, " L"], positions: Int[Array, " L"] | None = None
+    ) -> Float[Array, "H L L"]:
+        """Unmasked attention logits (H, L, L) of the first layer."""
+        positions = _default_positions(tokens, positions)
+        first = jax.tree.map(lambda x: x[0] if eqx.is_array(x) else x, self.blocks)
+        h = first.attn_norm(self.embed(tokens, positions))
+        return first.attn.logits(h, positions, self.position)
+
+    @property
+    def vocab_size(self) -> int:
+        """Output vocabulary size."""
+        return self.embedding.shape[0]
+
+
+def _default_positions(tokens: Array, positions: Array | None) -> Array:
+    if positions is None:
+        return jnp.arange(tokens.shape[0], dtype=jnp.int32)
+    return positions
+
+
+def trainable(model: eqx.Module) -> eqx.Module:
+    """Filter spec: True for trainable inexact arrays, False for Frozen buffers and the rest."""
+    is_frozen = lambda x: isinstance(x, Frozen)
+    return jax.tree.map(
+        lambda x: False if is_frozen(x) else eqx.is_inexact_array(x), model, is_leaf=is_frozen
+    )
+
+
+def count_params(model: eqx.Module) -> int:
+    """Number of trainable scalars."""
+    params = eqx.filter(model, trainable(model))
+    return sum(x.size for x in jax.tree.leaves(params))
+
+
+def _path_names(model: eqx.Module) -> list[tuple[str, Array]]:
+    params = eqx.filter(model, trainable(model))
+    leaves = jax.tree_util.tree_leaves_with_path(params)
+    return [(jax.tree_util.keystr(path), leaf) for path, leaf in leaves]
+
+
+def _per_leaf(model: eqx.Module, linear_weight, other) -> eqx.Module:
+    """A pytree shaped like the trainable params: `linear_weight` on Linear weights, else `other`."""
+    params = eqx.filter(model, trainable(model))
+    is_linear = lambda x: isinstance(x, Linear)
+
+    def value(x):
+        return eqx.tree_at(lambda lin: lin.weight, x, linear_weight) if is_linear(x) else other
+
+    return jax.tree.map(value, params, is_leaf=is_linear)
+
+
+def lr_multipliers(model: Transformer) -> eqx.Module:
+    """Per-leaf learning-rate multipliers (muP: hidden and readout weights x base/width)."""
+    cfg = model.config
+    ratio = cfg.base_width / cfg.width if cfg.parametrization == "mup" else 1.0
+    return _per_leaf(model, ratio, 1.0)
+
+
+def decay_mask(model: Transformer) -> eqx.Module:
+    """True for weight matrices of Linear layers (decayed); embeddings, tables, norms: False."""
+    return _per_leaf(model, True, False)
+
+
+def with_scaling(
+    model: Transformer,
+    kind: str,
+    factor: float,
+    params: dict | None = None,
+    *,
+    seq_len: int | None = None,
+) -> Transformer:
+    """The same RoPE model with its frequencies recomputed for a scaling method at seq_len.
+
+    Non-RoPE models are returned unchanged. Dynamic scaling depends on `seq_len`.
+    """
+    if not isinstance(model.position, RotaryPE):
+        return model
+    inv, attention_factor = rope_frequencies(
+        model.config,
+        model.train_length,
+        kind=kind,
+        factor=factor,
+        params=params,
+        seq_len=seq_len,
+    )
+    return eqx.tree_at(
+        lambda m: m.position, model, with_rope_scaling(model.position, inv, attention_factor)
+    )
+
+
+def param_groups(model: Transformer) -> dict[str, float]:
+    """Trainable scalar count per named group (for reporting)."""
+    groups: dict[str, float] = {}
+    for name, leaf in _path_names(model):
+        groups[name] = groups.get(name, 0) + leaf.size
+    return groups

@@ -1,0 +1,284 @@
+"""Training: AdamW with warmup + cosine, gradient clipping, muP learning-rate groups, one jitted
+step that samples its own batch (deterministic in the step index, so resuming is exact), and a
+loop with hooks for evaluation, checkpoints and NTK tracking. A non-finite loss stops the run and
+marks it diverged.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import optax
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+
+from rope_lab.config import TrainConfig, TrialConfig, thaw
+from rope_lab.model import Transformer, decay_mask, lr_multipliers, trainable
+from rope_lab.positions import random_positions
+from rope_lab.tasks import Batch, Task, make_task
+
+
+def make_task_from(cfg: TrialConfig) -> Task:
+    """The trial's task object."""
+    return make_task(cfg.task.name, cfg.task.vocab_size, **thaw(cfg.task.params))
+
+
+def make_model(cfg: TrialConfig, key: PRNGKeyArray | None = None) -> Transformer:
+    """The trial's freshly initialised model (key defaults to one derived from train.seed)."""
+    if key is None:
+        key = jax.random.fold_in(jax.random.PRNGKey(cfg.train.seed), 0)
+    return Transformer(
+        cfg.model,
+        cfg.task.vocab_size,
+        train_length=cfg.train.length,
+        max_length=cfg.max_length,
+        key=key,
+    )
+
+
+def lr_schedule(cfg: TrainConfig, lr: float | None = None) -> optax.Schedule:
+    """Linear warmup to `lr`, cosine decay to lr x min_lr_ratio at `steps`."""
+    peak = cfg.lr if lr is None else lr
+    warmup = min(cfg.warmup_steps, max(cfg.steps - 1, 0))
+    return optax.warmup_cosine_decay_schedule(
+        init_value=0.0 if warmup else peak,
+        peak_value=peak,
+        warmup_steps=warmup,
+        decay_steps=max(cfg.steps, warmup + 1),
+        end_value=peak * cfg.min_lr_ratio,
+    )
+
+
+def _scale_by_tree(multipliers: Any) -> optax.GradientTransformation:
+    def update(updates, state, params=None):
+        del params
+        return jax.tree.map(lambda u, m: u * m, updates, multipliers), state
+
+    return optax.GradientTransformation(lambda _: optax.EmptyState(), update)
+
+
+def make_optimizer(
+    cfg: TrainConfig, model: Transformer, lr: float | None = None
+) -> optax.GradientTransformation:
+    """Clip -> Adam -> decoupled weight decay on Linear weights -> muP multipliers -> schedule."""
+    return optax.chain(
+        optax.clip_by_global_norm(cfg.clip_norm),
+        optax.scale_by_adam(b1=cfg.b1, b2=cfg.b2, eps=cfg.eps),
+        optax.add_decayed_weights(cfg.weight_decay, mask=decay_mask(model)),
+        _scale_by_tree(lr_multipliers(model)),
+        optax.scale_by_learning_rate(lr_schedule(cfg, lr)),
+    )
+
+
+def batch_positions(
+    cfg: TrialConfig, key: PRNGKeyArray, batch_size: int, length: int
+) -> Int[Array, "B L"]:
+    """Positions for a batch: 0..L-1, or sorted random subsets when randomized."""
+    pos = cfg.model.position
+    if pos.randomized:
+        keys = jax.random.split(key, batch_size)
+        assert pos.random_max_length is not None
+        max_len = max(pos.random_max_length, length)
+        return jax.vmap(lambda k: random_positions(k, length, max_len))(keys)
+    return jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (batch_size, length))
+
+
+def token_losses(
+    model: Transformer, batch: Batch, positions: Int[Array, "B L"]
+) -> tuple[Float[Array, "B L"], Bool[Array, "B L"]]:
+    """Per-token cross-entropy (B, L) and whether the argmax prediction is right (B, L)."""
+    logits = jax.vmap(model)(batch.tokens, positions)
+    losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch.targets)
+    return losses, jnp.argmax(logits, axis=-1) == batch.targets
+
+
+def masked_loss(model: Transformer, batch: Batch, positions: Array) -> Float[Array, ""]:
+    """Mean cross-entropy over scored positions."""
+    losses, _ = token_losses(model, batch, positions)
+    mask = batch.mask.astype(jnp.float32)
+    return jnp.sum(losses * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+
+
+@dataclass
+class TraceGuard:
+    """Counts traces of a jitted function; `check` raises if it retraced."""
+
+    name: str
+    traces: int = 0
+    allowed: int = 1
+
+    def hit(self) -> None:
+        """Called from inside the traced function body (runs once per trace)."""
+        self.traces += 1
+
+    def check(self) -> None:
+        """Raise RuntimeError if the function was traced more often than allowed."""
+        if self.traces > self.allowed:
+            raise RuntimeError(f"{self.name} retraced {self.traces} times (allowed {self.allowed})")
+
+
+def make_train_step(
+    cfg: TrialConfig,
+    task: Task,
+    optimizer: optax.GradientTransformation,
+    *,
+    length: int,
+    guard: TraceGuard,
+) -> Callable:
+    """A jitted `step(static, params, opt_state, key) -> (params, opt_state, metrics)`.
+
+    `static` holds the non-trainable part (buffers included), so it is not donated.
+    """
+    batch_size = cfg.train.batch_size
+
+    @eqx.filter_jit(donate="all-except-first")  # type: ignore[misc]
+    def step(static, params, opt_state, key):
+        guard.hit()
+        data_key, pos_key = jax.random.split(key)
+        batch = task.sample(data_key, batch_size, length)
+        positions = batch_positions(cfg, pos_key, batch_size, length)
+
+        def loss_of(p):
+            return masked_loss(eqx.combine(p, static), batch, positions)
+
+        loss, grads = jax.value_and_grad(loss_of)(params)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        params = eqx.apply_updates(params, updates)
+        return params, opt_state, {"loss": loss, "grad_norm": optax.global_norm(grads)}
+
+    return step
+
+
+@dataclass
+class StepState:
+    """What a hook sees: the step just completed (0 = before training), model and optimizer."""
+
+    step: int
+    model: Transformer
+    opt_state: Any
+    history: list[dict]
+
+
+@dataclass
+class Hook:
+    """Call `fn(state)` every `every` steps (0: never periodically) and, if `at_end`, at the end."""
+
+    every: int
+    fn: Callable[[StepState], None]
+    at_end: bool = True
+    at_start: bool = False
+
+
+@dataclass
+class TrainResult:
+    """Final model and optimizer state, loss curve, and whether the run diverged."""
+
+    model: Transformer
+    opt_state: Any
+    history: list[dict] = field(default_factory=list)
+    diverged: bool = False
+    steps_done: int = 0
+    tokens_seen: int = 0
+    wall_time_s: float = 0.0
+
+
+def train(
+    cfg: TrialConfig,
+    *,
+    model: Transformer | None = None,
+    opt_state: Any = None,
+    start_step: int = 0,
+    hooks: Sequence[Hook] = (),
+    length: int | None = None,
+    steps: int | None = None,
+    lr: float | None = None,
+    data_seed: int | None = None,
+) -> TrainResult:
+    """Train from `start_step` to `steps` (default cfg.train.steps) at `length` (default L_train).
+
+    `model`/`opt_state` resume a run; the batch of step s depends only on (seed, s). Overrides of
+    length/steps/lr serve fine-tuning at a target length.
+    """
+    tc = cfg.train
+    length = tc.length if length is None else length
+    total = tc.steps if steps is None else steps
+    task = make_task_from(cfg)
+    task.validate(length)
+    model = make_model(cfg) if model is None else model
+    sched_cfg = TrainConfig(**{**tc.__dict__, "steps": total})
+    optimizer = make_optimizer(sched_cfg, model, lr)
+    params, static = eqx.partition(model, trainable(model))
+    if opt_state is None:
+        opt_state = optimizer.init(params)
+    guard = TraceGuard("train_step")
+    step_fn = make_train_step(cfg, task, optimizer, length=length, guard=guard)
+    schedule = lr_schedule(sched_cfg, lr)
+    seed = tc.seed if data_seed is None else data_seed
+    data_key = jax.random.fold_in(jax.random.PRNGKey(seed), 1)
+
+    history: list[dict] = []
+    pending: list[tuple[int, dict]] = []
+    diverged = False
+    done = start_step
+    tokens_per_step = tc.batch_size * length
+    start_time = window_start = time.perf_counter()
+    window_steps = 0
+
+    def state(step: int) -> StepState:
+        return StepState(step, eqx.combine(params, static), opt_state, history)
+
+    if start_step == 0:
+        for hook in hooks:
+            if hook.at_start:
+                hook.fn(state(0))
+
+    for step in range(start_step, total):
+        key = jax.random.fold_in(data_key, step)
+        params, opt_state, metrics = step_fn(static, params, opt_state, key)
+        guard.check()
+        pending.append((step + 1, metrics))
+        window_steps += 1
+        done = step + 1
+        if done % tc.log_every == 0 or done == total:
+            fetched = jax.device_get(pending)
+            now = time.perf_counter()
+            rate = window_steps * tokens_per_step / max(now - window_start, 1e-9)
+            for s, m in fetched:
+                row = {
+                    "step": s,
+                    "loss": float(m["loss"]),
+                    "grad_norm": float(m["grad_norm"]),
+                    "lr": float(schedule(s - 1)),
+                    "tokens_per_s": rate,
+                }
+                finite = math.isfinite(row["loss"]) and math.isfinite(row["grad_norm"])
+                if s % tc.log_every == 0 or s == total or not finite:
+                    history.append(row)
+                if not finite:
+                    diverged, done = True, s
+                    break
+            pending.clear()
+            window_start, window_steps = time.perf_counter(), 0
+            if diverged:
+                break
+        for hook in hooks:
+            due = hook.every and done % hook.every == 0
+            if due or (hook.at_end and done == total):
+                hook.fn(state(done))
+
+    steps_done = done if diverged else total
+    return TrainResult(
+        model=eqx.combine(params, static),
+        opt_state=opt_state,
+        history=history,
+        diverged=diverged,
+        steps_done=steps_done,
+        tokens_seen=steps_done * tokens_per_step,
+        wall_time_s=time.perf_counter() - start_time,
+    )

@@ -1,0 +1,50 @@
+"""Tiny configs shared by tests."""
+
+from rope_lab.config import (
+    EvalConfig,
+    ModelConfig,
+    PositionConfig,
+    RopeConfig,
+    TaskConfig,
+    TrainConfig,
+    TrialConfig,
+)
+
+
+def tiny_trial(
+    kind: str = "rope",
+    *,
+    width: int = 32,
+    depth: int = 1,
+    head_dim: int = 8,
+    length: int = 16,
+    steps: int = 20,
+    task: str = "passkey",
+    vocab: int = 24,
+    task_params: tuple = (("needle_length", 2),),
+    scaling: str = "default",
+    factor: float = 1.0,
+    **train_overrides,
+) -> TrialConfig:
+    """A trial small enough to train in a second on a CPU."""
+    return TrialConfig(
+        name="tiny",
+        model=ModelConfig(
+            width=width,
+            depth=depth,
+            head_dim=head_dim,
+            position=PositionConfig(kind=kind, rope=RopeConfig(scaling=scaling, factor=factor)),
+        ),
+        task=TaskConfig(name=task, vocab_size=vocab, params=task_params),
+        train=TrainConfig(
+            length=length, batch_size=8, steps=steps, log_every=5, warmup_steps=2, **train_overrides
+        ),  # fmt: skip
+        eval=EvalConfig(
+            length_multipliers=(0.5, 1.0, 2.0),
+            batches=1,
+            batch_size=4,
+            position_buckets=2,
+            methods=("linear", "dynamic"),
+            factors=(2.0,),
+        ),
+    )
