@@ -15,9 +15,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from rope_lab.evaluate import format_table
     from rope_lab.trial import run_trial
 
-    print(f"trial {cfg.trial_id}: {cfg.model.position.kind} PE, width {cfg.model.width}, "
-          f"depth {cfg.model.depth}, task {cfg.task.name}, L_train {cfg.train.length}",
-          flush=True)  # fmt: skip
+    print(
+        f"trial {cfg.trial_id}: {cfg.model.position.kind} PE, width {cfg.model.width}, "
+        f"depth {cfg.model.depth}, task {cfg.task.name}, L_train {cfg.train.length}",
+        flush=True,
+    )
     outcome = run_trial(cfg)
     last = outcome.history[-1] if outcome.history else {}
     rates = sorted(r["tokens_per_s"] for r in outcome.history[1:]) or [0.0]
@@ -36,8 +38,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
         threshold = cfg.eval.accuracy_threshold
         print(f"longest length keeping >= {threshold:.0%} of in-distribution accuracy:")
         for s in outcome.summary:
-            print(f"  {s['method']:<10} factor {s['factor']:<4g} ft {s['finetune_steps']:<5} "
-                  f"-> {s['longest_length']}")  # fmt: skip
+            print(
+                f"  {s['method']:<10} factor {s['factor']:<4g} ft {s['finetune_steps']:<5} "
+                f"-> {s['longest_length']}"
+            )
     if args.out:
         from rope_lab.trial_io import write_outcome
 

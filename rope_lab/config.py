@@ -104,7 +104,7 @@ class ModelConfig:
     @property
     def d_mlp(self) -> int:
         """Hidden size of the MLP."""
-        return int(round(self.width * self.mlp_ratio))
+        return round(self.width * self.mlp_ratio)
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,7 @@ class TrialConfig:
     @property
     def eval_lengths(self) -> tuple[int, ...]:
         """Evaluated lengths, sorted and unique, each at least 1."""
-        lengths = {max(1, int(round(m * self.train.length))) for m in self.eval.length_multipliers}
+        lengths = {max(1, round(m * self.train.length)) for m in self.eval.length_multipliers}
         return tuple(sorted(lengths))
 
     @property
@@ -209,6 +209,23 @@ class TrialConfig:
         return f"{slug}-{config_hash(self)}"
 
 
+def dotted_fields(cls: type = TrialConfig, prefix: str = "") -> dict[str, Any]:
+    """Every leaf field of a config dataclass as dotted path -> type hint, in declaration order.
+
+    E.g. `{"name": str, "model.width": int, ..., "task.params": Params, ...}`; nested config
+    dataclasses are descended into, `Params` mappings are leaves.
+    """
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        path, tp = f"{prefix}{f.name}", hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            out.update(dotted_fields(tp, f"{path}."))  # type: ignore[arg-type]
+        else:
+            out[path] = tp
+    return out
+
+
 def to_dict(cfg: Any) -> dict[str, Any]:
     """A plain, YAML/JSON-able dict of a config (params as mappings)."""
     out: dict[str, Any] = {}
@@ -227,9 +244,12 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 
 
 def _params_to_plain(value: Any) -> Any:
-    if isinstance(value, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in value):
-        if all(isinstance(p[0], str) for p in value) and value:
-            return {k: _params_to_plain(v) for k, v in value}
+    pairs = isinstance(value, tuple) and bool(value)
+    pairs = pairs and all(
+        isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) for p in value
+    )
+    if pairs:
+        return {k: _params_to_plain(v) for k, v in value}
     if isinstance(value, tuple):
         return [_params_to_plain(v) for v in value]
     return value
@@ -373,9 +393,7 @@ def validate(cfg: TrialConfig) -> TrialConfig:
     else:
         _check_positive(m.head_dim, "model.head_dim")
         if m.width % m.head_dim:  # type: ignore[operator]
-            raise ConfigError(
-                f"model.head_dim: {m.head_dim} does not divide model.width={m.width}"
-            )
+            raise ConfigError(f"model.head_dim: {m.head_dim} does not divide model.width={m.width}")
     _check_choice(p.kind, PE_KINDS, "model.position.kind")
     _check_positive(p.max_length, "model.position.max_length")
     if p.randomized:
@@ -460,7 +478,9 @@ def _check_rope(
     from rope_lab import rope
 
     if kind not in rope.ROPE_KINDS:
-        raise ConfigError(f"{path}: unknown scaling {kind!r}; allowed: {', '.join(rope.ROPE_KINDS)}")
+        raise ConfigError(
+            f"{path}: unknown scaling {kind!r}; allowed: {', '.join(rope.ROPE_KINDS)}"
+        )
     try:
         rope.validate_scaling(
             kind, max(rotary_dim, 2), factor=factor, original_length=length, **params
@@ -514,6 +534,7 @@ __all__ = [
     "TrainConfig",
     "TrialConfig",
     "config_hash",
+    "dotted_fields",
     "from_dict",
     "load_trial",
     "replace",

@@ -8,6 +8,7 @@ length, loss, perplexity, accuracy, exact_match, position_bucket (None for whole
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -35,9 +36,9 @@ class Scaling:
 
 
 @eqx.filter_jit
-def _batch_sums(model: Transformer, task: Task, key, batch_size: int, length: int, cfg):
+def _batch_sums(model: Transformer, task: Task, operands, key, batch_size: int, length: int, cfg):
     data_key, pos_key = jax.random.split(key)
-    batch = task.sample(data_key, batch_size, length)
+    batch = task.sample_from(operands, data_key, batch_size, length)
     positions = batch_positions(cfg, pos_key, batch_size, length)
     losses, correct = token_losses(model, batch, positions)
     mask = batch.mask
@@ -59,9 +60,10 @@ def evaluate_length(
     correct = np.zeros(length)
     count = np.zeros(length)
     exact = n_seq = 0.0
+    operands = task.operands()
     for b in range(ev.batches):
         (ls, cs, ns), ex, nq = _batch_sums(
-            model, task, jax.random.fold_in(key, b), ev.batch_size, length, cfg
+            model, task, operands, jax.random.fold_in(key, b), ev.batch_size, length, cfg
         )
         loss_sum += np.asarray(ls, np.float64)
         correct += np.asarray(cs, np.float64)
@@ -90,18 +92,26 @@ def rows_for_length(
 ) -> list[dict[str, float | int | str | None]]:
     """Whole-sequence row plus one row per position bucket (bucket start in `position_bucket`)."""
     whole = _metric_row(sums["loss_sum"].sum(), sums["correct"].sum(), sums["count"].sum())
-    rows = [{**base, "length": length, **whole, "exact_match": sums["exact_match"],
-             "position_bucket": None}]  # fmt: skip
+    rows = [
+        {
+            **base,
+            "length": length,
+            **whole,
+            "exact_match": sums["exact_match"],
+            "position_bucket": None,
+        }
+    ]
     n = min(buckets, length)
     edges = np.linspace(0, length, n + 1).astype(int)
-    for start, stop in zip(edges[:-1], edges[1:], strict=True):
+    for start, stop in itertools.pairwise(edges):
         part = _metric_row(
             sums["loss_sum"][start:stop].sum(),
             sums["correct"][start:stop].sum(),
             sums["count"][start:stop].sum(),
         )
-        rows.append({**base, "length": length, **part, "exact_match": None,
-                     "position_bucket": int(start)})  # fmt: skip
+        rows.append(
+            {**base, "length": length, **part, "exact_match": None, "position_bucket": int(start)}
+        )
     return rows
 
 
@@ -167,7 +177,7 @@ def finetune_and_evaluate(
         return []
     rows: list[dict] = []
     for scaling in scalings_for(cfg)[1:]:
-        target = int(round(scaling.factor * cfg.train.length))
+        target = round(scaling.factor * cfg.train.length)
         scaled = with_scaling(
             model, scaling.method, scaling.factor, thaw(scaling.params), seq_len=target
         )

@@ -77,9 +77,10 @@ class Norm(eqx.Module):
         if self.bias is not None:
             h = h - h.mean(-1, keepdims=True)
         h = h * jax.lax.rsqrt((h * h).mean(-1, keepdims=True) + self.eps)
-        h = h * self.weight
+        lead = (1,) * (h.ndim - 1)
+        h = h * self.weight.reshape(*lead, -1)
         if self.bias is not None:
-            h = h + self.bias
+            h = h + self.bias.reshape(*lead, -1)
         return h.astype(x.dtype)
 
 
@@ -195,9 +196,7 @@ class Transformer(eqx.Module):
         self.position = make_position_encoding(
             cfg, max_length=max_length, train_length=train_length, key=kp
         )
-        self.blocks = eqx.filter_vmap(lambda k: Block(cfg, key=k))(
-            jax.random.split(kb, cfg.depth)
-        )
+        self.blocks = eqx.filter_vmap(lambda k: Block(cfg, key=k))(jax.random.split(kb, cfg.depth))
         self.final_norm = Norm(cfg.width, cfg.norm)
         self.head = _linear(cfg, cfg.width, vocab_size, kh, readout=True)
         self.config = cfg
@@ -268,7 +267,7 @@ def _path_names(model: eqx.Module) -> list[tuple[str, Array]]:
 
 
 def _per_leaf(model: eqx.Module, linear_weight, other) -> eqx.Module:
-    """A pytree shaped like the trainable params: `linear_weight` on Linear weights, else `other`."""
+    """Pytree shaped like the trainable params: `linear_weight` on Linear weights, else `other`."""
     params = eqx.filter(model, trainable(model))
     is_linear = lambda x: isinstance(x, Linear)
 

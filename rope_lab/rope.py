@@ -328,11 +328,10 @@ def inv_freq(
         use_long = seq_len is not None and seq_len > original_length
         ext = np.asarray(p["long_factor" if use_long else "short_factor"], dtype=np.float64)
         inv = _base_inv_freq(theta, rotary_dim) / ext
-        attention_factor = p.get("attention_factor")
-        if attention_factor is None:
-            attention_factor = (
-                math.sqrt(1 + math.log(factor) / math.log(original_length)) if factor > 1 else 1.0
-            )
+        if "attention_factor" in p:
+            attention_factor = float(p["attention_factor"])
+        elif factor > 1:
+            attention_factor = math.sqrt(1 + math.log(factor) / math.log(original_length))
     else:  # pragma: no cover - validate_scaling rejects unknown kinds
         raise AssertionError(kind)
     return np.asarray(inv, dtype=np.float32), float(attention_factor)

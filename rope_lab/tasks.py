@@ -92,11 +92,11 @@ def _check_float(
     return value
 
 
-def _check_size(name: str, value: Any) -> int:
-    """Check a static size argument (``length`` or ``batch_size``) is an int >= 1."""
+def _check_size(name: str, value: Any, check_positive: bool = True) -> int:
+    """Check a static size argument (``length`` or ``batch_size``) is an int (>= 1)."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise ValueError(f"{name} must be an integer, got {name}={value!r}")
-    if value < 1:
+    if check_positive and value < 1:
         raise ValueError(f"{name} must be >= 1, got {name}={value}")
     return int(value)
 
@@ -179,7 +179,7 @@ class Task(abc.ABC):
     # -- public API ---------------------------------------------------------------------------
     def validate(self, length: int) -> None:
         """Raise ValueError (naming the parameter) if the task cannot generate ``length``."""
-        length = _check_size("length", length)
+        length = _check_size("length", length, check_positive=False)  # min_length() >= 1
         lo = self.min_length()
         if length < lo:
             why = self._min_length_explanation()
@@ -191,12 +191,19 @@ class Task(abc.ABC):
     def sample(self, key: jax.Array, batch_size: int, length: int) -> Batch:
         """Sample a :class:`Batch` of shape (batch_size, length); pure JAX, jit-able.
 
-        ``batch_size`` and ``length`` must be static. Prefer :func:`sample_batch`, which passes
-        the task's operands as jit arguments rather than closing over them.
+        ``batch_size`` and ``length`` must be static. Inside a jitted function this closes over
+        :meth:`operands` (embedded as constants; large for ``lm_text``): pass them as jit
+        arguments with :meth:`sample_from` instead, as :func:`sample_batch` does.
         """
+        return self.sample_from(self.operands(), key, batch_size, length)
+
+    def sample_from(
+        self, operands: Operands, key: jax.Array, batch_size: int, length: int
+    ) -> Batch:
+        """:meth:`sample` with ``operands`` (= ``self.operands()``) given, e.g. as jit args."""
         self.validate(length)
         batch_size = _check_size("batch_size", batch_size)
-        return self._sample(key, batch_size, int(length), self.operands())
+        return self._sample(key, batch_size, int(length), tuple(operands))
 
 
 # --------------------------------------------------------------------------------------------
@@ -758,7 +765,7 @@ def make_task(name: str, vocab_size: int, **params: Any) -> Task:
 def _sample_jit(
     task: Task, key: jax.Array, batch_size: int, length: int, operands: Operands
 ) -> Batch:
-    return task._sample(key, batch_size, length, operands)
+    return task.sample_from(operands, key, batch_size, length)
 
 
 def sample_batch(task: Task, key: jax.Array, batch_size: int, length: int) -> Batch:

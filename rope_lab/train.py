@@ -131,17 +131,19 @@ def make_train_step(
     length: int,
     guard: TraceGuard,
 ) -> Callable:
-    """A jitted `step(static, params, opt_state, key) -> (params, opt_state, metrics)`.
+    """A jitted `step(static, params, opt_state, key, operands) -> (params, opt_state, metrics)`.
 
-    `static` holds the non-trainable part (buffers included), so it is not donated.
+    `static` holds the non-trainable part (buffers included), so it is not donated; `operands`
+    are the task's fixed arrays (e.g. a text corpus), passed as arguments, not baked into the
+    compiled program as constants.
     """
     batch_size = cfg.train.batch_size
 
     @eqx.filter_jit(donate="all-except-first")  # type: ignore[misc]
-    def step(static, params, opt_state, key):
+    def step(static, params, opt_state, key, operands):
         guard.hit()
         data_key, pos_key = jax.random.split(key)
-        batch = task.sample(data_key, batch_size, length)
+        batch = task.sample_from(operands, data_key, batch_size, length)
         positions = batch_positions(cfg, pos_key, batch_size, length)
 
         def loss_of(p):
@@ -150,7 +152,7 @@ def make_train_step(
         loss, grads = jax.value_and_grad(loss_of)(params)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         params = eqx.apply_updates(params, updates)
-        return params, opt_state, {"loss": loss, "grad_norm": optax.global_norm(grads)}
+        return params, opt_state, {"loss": loss, "grad_norm": optax.tree.norm(grads)}
 
     return step
 
@@ -186,6 +188,7 @@ class TrainResult:
     steps_done: int = 0
     tokens_seen: int = 0
     wall_time_s: float = 0.0
+    traces: int = 0
 
 
 def train(
@@ -214,8 +217,10 @@ def train(
     sched_cfg = TrainConfig(**{**tc.__dict__, "steps": total})
     optimizer = make_optimizer(sched_cfg, model, lr)
     params, static = eqx.partition(model, trainable(model))
+    params = jax.tree.map(jnp.copy, params)  # the step donates its inputs; keep the caller's
     if opt_state is None:
         opt_state = optimizer.init(params)
+    operands = task.operands()
     guard = TraceGuard("train_step")
     step_fn = make_train_step(cfg, task, optimizer, length=length, guard=guard)
     schedule = lr_schedule(sched_cfg, lr)
@@ -240,7 +245,7 @@ def train(
 
     for step in range(start_step, total):
         key = jax.random.fold_in(data_key, step)
-        params, opt_state, metrics = step_fn(static, params, opt_state, key)
+        params, opt_state, metrics = step_fn(static, params, opt_state, key, operands)
         guard.check()
         pending.append((step + 1, metrics))
         window_steps += 1
@@ -281,4 +286,5 @@ def train(
         steps_done=steps_done,
         tokens_seen=steps_done * tokens_per_step,
         wall_time_s=time.perf_counter() - start_time,
+        traces=guard.traces,
     )

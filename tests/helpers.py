@@ -38,7 +38,7 @@ def tiny_trial(
         task=TaskConfig(name=task, vocab_size=vocab, params=task_params),
         train=TrainConfig(
             length=length, batch_size=8, steps=steps, log_every=5, warmup_steps=2, **train_overrides
-        ),  # fmt: skip
+        ),
         eval=EvalConfig(
             length_multipliers=(0.5, 1.0, 2.0),
             batches=1,

@@ -224,11 +224,27 @@ def test_schema_casting_and_validation(tmp_path: Path) -> None:
 
     # eval: per-position rows carry a bucket, whole-sequence rows a null bucket.
     rows = [
-        {"step": 10, "method": "none", "factor": 1, "finetune_steps": 0, "length": 256,
-         "loss": 2.0, "perplexity": 7.4, "accuracy": 0.5, "exact_match": 0.0},
-        {"step": 10, "method": "yarn", "factor": 4.0, "finetune_steps": 0, "length": 256,
-         "loss": 2.5, "position_bucket": 128},
-    ]  # fmt: skip
+        {
+            "step": 10,
+            "method": "none",
+            "factor": 1,
+            "finetune_steps": 0,
+            "length": 256,
+            "loss": 2.0,
+            "perplexity": 7.4,
+            "accuracy": 0.5,
+            "exact_match": 0.0,
+        },
+        {
+            "step": 10,
+            "method": "yarn",
+            "factor": 4.0,
+            "finetune_steps": 0,
+            "length": 256,
+            "loss": 2.5,
+            "position_bucket": 128,
+        },
+    ]
     append_rows(td, "eval", rows, segment="step_10")
     ev = R.read_trial_table(td, "eval")
     assert ev.schema == EVAL_SCHEMA
@@ -240,8 +256,15 @@ def test_schema_casting_and_validation(tmp_path: Path) -> None:
 def test_write_trial_row(tmp_path: Path) -> None:
     td = trial_dir(tmp_path, "t0")
     start = dt.datetime(2024, 5, 1, 12, tzinfo=dt.UTC)
-    row = {"sweep": "s", "status": "done", "wall_time_s": 3, "n_params": 10, "tokens_seen": 99,
-           "started_at": start, "finished_at": start + dt.timedelta(seconds=3)}  # fmt: skip
+    row = {
+        "sweep": "s",
+        "status": "done",
+        "wall_time_s": 3,
+        "n_params": 10,
+        "tokens_seen": 99,
+        "started_at": start,
+        "finished_at": start + dt.timedelta(seconds=3),
+    }
     path = write_trial_row(td, row, Cfg())  # the dataclass instance: flattened + typed
     assert path == td / "trials" / "trial.parquet"
     df = R.read_trial_table(td, "trials")
@@ -249,8 +272,12 @@ def test_write_trial_row(tmp_path: Path) -> None:
     assert df["started_at"][0] == start
     assert pl.read_parquet_schema(path)["warmup"] == pl.Int64  # typed though null
     # Rewrite with a failure: still one row.
-    write_trial_row(td, {**row, "status": "failed", "error": "Traceback..."}, flatten_config(Cfg()),
-                    config_schema=CFG_SCHEMA)  # fmt: skip
+    write_trial_row(
+        td,
+        {**row, "status": "failed", "error": "Traceback..."},
+        flatten_config(Cfg()),
+        config_schema=CFG_SCHEMA,
+    )
     df = R.read_trial_table(td, "trials")
     assert df.height == 1 and df["status"][0] == "failed"
     assert _files(td / "trials") == ["trial.parquet"]
@@ -320,10 +347,18 @@ def test_old_files_without_new_columns(tmp_path: Path) -> None:
     (td / "trials").mkdir(parents=True)
     # Written by an older version: no exact_match / position_bucket, narrower ints.
     pl.DataFrame(
-        {"trial_id": ["old"], "step": pl.Series([5], dtype=pl.Int64), "method": ["none"],
-         "factor": [1.0], "finetune_steps": [0], "length": [64], "loss": [1.0],
-         "perplexity": [2.7], "accuracy": [0.3]}
-    ).write_parquet(td / "eval" / "seg.parquet")  # fmt: skip
+        {
+            "trial_id": ["old"],
+            "step": pl.Series([5], dtype=pl.Int64),
+            "method": ["none"],
+            "factor": [1.0],
+            "finetune_steps": [0],
+            "length": [64],
+            "loss": [1.0],
+            "perplexity": [2.7],
+            "accuracy": [0.3],
+        }
+    ).write_parquet(td / "eval" / "seg.parquet")
     # Older trial row: lacks a declared config column, has an undeclared one.
     pl.DataFrame(
         {"trial_id": ["old"], "sweep": ["s"], "status": ["done"], "seed": [1], "legacy": ["x"]}

@@ -273,9 +273,14 @@ def test_yarn_attention_factor(factor, params, expected) -> None:
 )
 def test_llama3_closed_form(d, theta, factor, length, lo, hi) -> None:
     inv, att = rope.inv_freq(
-        "llama3", d, theta=theta, factor=factor, original_length=length,
-        low_freq_factor=lo, high_freq_factor=hi,
-    )  # fmt: skip
+        "llama3",
+        d,
+        theta=theta,
+        factor=factor,
+        original_length=length,
+        low_freq_factor=lo,
+        high_freq_factor=hi,
+    )
     assert att == 1.0
     # float32 smoothing like HF: rounding of the smooth factor is amplified by up to factor
     assert_close(inv, ref_llama3(d, theta, factor, length, lo, hi), rtol=max(2e-6, factor * 3e-7))
@@ -323,8 +328,12 @@ def test_longrope_short_long_switch_and_attention_factor() -> None:
     _, att = rope.inv_freq("longrope", d, seq_len=length + 1, attention_factor=1.3, **kw)
     assert att == 1.3
     # plain lists work too
-    inv, _ = rope.inv_freq("longrope", d, seq_len=length + 1, **{
-        **kw, "short_factor": short.tolist(), "long_factor": long_.tolist()})  # fmt: skip
+    inv, _ = rope.inv_freq(
+        "longrope",
+        d,
+        seq_len=length + 1,
+        **{**kw, "short_factor": short.tolist(), "long_factor": long_.tolist()},
+    )
     assert_close(inv, base / long_)
 
 
@@ -472,9 +481,10 @@ def test_partial_rotary_leaves_tail_untouched() -> None:
     np.testing.assert_array_equal(out[..., 16:], x[..., 16:])
     assert not np.allclose(out[..., :16], x[..., :16])
     np.testing.assert_allclose(
-        jnp.linalg.norm(out[..., :16], axis=-1), 2.0 * jnp.linalg.norm(x[..., :16], axis=-1),
+        jnp.linalg.norm(out[..., :16], axis=-1),
+        2.0 * jnp.linalg.norm(x[..., :16], axis=-1),
         rtol=1e-5,
-    )  # fmt: skip
+    )
     np.testing.assert_array_equal(rope.apply_rotary(x, jnp.zeros(6), inv, 1.0), x)
 
 

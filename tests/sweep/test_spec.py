@@ -1,0 +1,304 @@
+"""Sweep specs: expansion, exclusion, dedupe, scaling stages, validation messages, cost."""
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rope_lab.config import ConfigError, TrialConfig, from_dict, to_dict
+from rope_lab.sweep.spec import (
+    Resources,
+    axis_assignments,
+    estimate_cost,
+    load_spec,
+    parse_spec,
+    plan_table,
+)
+
+BASE = {
+    "model": {"width": 32, "depth": 1, "head_dim": 8},
+    "task": {"name": "passkey", "vocab_size": 24, "params": {"needle_length": 2}},
+    "train": {"length": 16, "batch_size": 4, "steps": 10, "warmup_steps": 2, "log_every": 5},
+    "eval": {"length_multipliers": [0.5, 1, 2], "batches": 1, "batch_size": 4},
+}
+SCALING = {"methods": ["linear", "ntk", "dynamic", "yarn"], "factors": [2, 4]}
+SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
+
+
+def spec_dict(**overrides) -> dict:
+    """A small valid spec mapping, with top-level keys replaced by `overrides`."""
+    data = {"name": "t", "base": BASE, "grid": {"model.position.kind": ["rope", "alibi"]}}
+    data.update(overrides)
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def write(tmp_path: Path, data: dict, name: str = "x.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_grid_is_a_product_in_deterministic_order():
+    grid = {"model.position.kind": ["rope", "alibi", "learned"], "model.width": [32, 64]}
+    spec = parse_spec(spec_dict(grid=grid))
+    assert len(spec.trials) == 6
+    pairs = [(t.model.position.kind, t.model.width) for t in spec.trials]
+    assert pairs == [(k, w) for k in ("rope", "alibi", "learned") for w in (32, 64)]
+    assert all(t.name == "t" for t in spec.trials)
+    assert spec.axes == {
+        "model.position.kind": ("rope", "alibi", "learned"),
+        "model.width": (32, 64),
+    }
+    assert spec.resources == Resources() and spec.max_retries == 1 and spec.source is None
+
+
+def test_zip_groups_vary_together():
+    zipped = [{"model.width": [32, 64], "train.lr": [3e-3, 1e-3]}]
+    spec = parse_spec(spec_dict(zip=zipped))
+    assert len(spec.trials) == 4
+    assert {(t.model.width, t.train.lr) for t in spec.trials} == {(32, 3e-3), (64, 1e-3)}
+
+
+def test_exclude_drops_matching_trials():
+    grid = {"model.position.kind": ["rope", "learned"], "model.width": [32, 64]}
+    rules = [{"model.position.kind": "learned", "model.width": 64}]
+    spec = parse_spec(spec_dict(grid=grid, exclude=rules))
+    pairs = {(t.model.position.kind, t.model.width) for t in spec.trials}
+    assert pairs == {("rope", 32), ("rope", 64), ("learned", 32)}
+
+
+def test_duplicate_values_give_one_trial():
+    spec = parse_spec(spec_dict(grid={"model.width": [32, 32.0, 64], "train.seed": [0, 0]}))
+    assert len(spec.trials) == 2
+    assert spec.axes == {"model.width": (32, 64)}
+
+
+def test_ids_are_deterministic_and_distinct():
+    grid = {"model.position.kind": ["rope", "alibi"], "train.seed": [0, 1, 2]}
+    a = [t.trial_id for t in parse_spec(spec_dict(grid=grid)).trials]
+    b = [t.trial_id for t in parse_spec(spec_dict(grid=grid)).trials]
+    assert a == b
+    assert len(set(a)) == 6
+
+
+def test_scaling_sets_rope_stages_and_clears_the_rest():
+    scaling = {**SCALING, "finetune_steps": 5}
+    grid = {"model.position.kind": ["rope", "alibi", "learned", "none"]}
+    spec = parse_spec(spec_dict(grid=grid, scaling=scaling))
+    by_kind = {t.model.position.kind: t for t in spec.trials}
+    rope = by_kind.pop("rope").eval
+    assert rope.methods == ("linear", "ntk", "dynamic", "yarn")
+    assert rope.factors == (2.0, 4.0) and rope.finetune_steps == 5
+    for trial in by_kind.values():
+        assert (trial.eval.methods, trial.eval.factors, trial.eval.finetune_steps) == ((), (), 0)
+    # non-RoPE trials do not depend on the scaling block at all
+    other = parse_spec(spec_dict(grid=grid, scaling={"methods": ["yarn"], "factors": [8]}))
+    ids = {t.model.position.kind: t.trial_id for t in other.trials}
+    assert all(ids[kind] == t.trial_id for kind, t in by_kind.items())
+
+
+def test_scaling_fields_left_out_keep_the_base_values():
+    spec = parse_spec(spec_dict(grid={"model.width": [32]}, scaling={"factors": [8]}))
+    (trial,) = spec.trials
+    assert trial.eval.factors == (8.0,)
+    assert trial.eval.methods == from_dict(TrialConfig, BASE).eval.methods
+
+
+def test_axis_values_are_coerced_like_the_field_and_mappings_are_allowed():
+    zipped = [{"task.name": ["passkey", "copy"], "task.params": [{"needle_length": 3}, {}]}]
+    grid = {"eval.length_multipliers": [[1, 2], [1, 4]], "model.position.rope.theta": [100]}
+    spec = parse_spec(spec_dict(grid=grid, zip=zipped))
+    assert len(spec.trials) == 4
+    assert {t.eval.length_multipliers for t in spec.trials} == {(1.0, 2.0), (1.0, 4.0)}
+    assert {t.task.params for t in spec.trials} == {(("needle_length", 3),), ()}
+    assert all(t.model.position.rope.theta == 100.0 for t in spec.trials)
+    assert spec.axes["task.params"] == ({"needle_length": 3}, {})
+
+
+def test_a_key_inside_params_keeps_the_other_params():
+    base = {**BASE, "task": {**BASE["task"], "params": {"needle_length": 2, "num_digits": 5}}}
+    spec = parse_spec(spec_dict(base=base, grid={"task.params.needle_length": [2, 3]}))
+    assert [dict(t.task.params) for t in spec.trials] == [
+        {"needle_length": 2, "num_digits": 5},
+        {"needle_length": 3, "num_digits": 5},
+    ]
+
+
+def test_axis_assignments():
+    grid = {"model.position.kind": ["rope", "alibi"], "model.width": [32, 64], "train.seed": [7]}
+    spec = parse_spec(spec_dict(grid=grid))
+    trial = spec.trials[3]
+    assert axis_assignments(trial, spec) == {"model.position.kind": "alibi", "model.width": 64}
+
+
+def test_load_spec_records_the_source(tmp_path):
+    path = write(tmp_path, spec_dict(resources={"num_cpus": 2, "num_gpus": 0.5}, max_retries=0))
+    spec = load_spec(path)
+    assert spec.source == path and spec.name == "t"
+    assert spec.resources == Resources(num_cpus=2.0, num_gpus=0.5) and spec.max_retries == 0
+
+
+WIDTHS = {"model.position.kind": ["rope", "learned"], "model.width": [32, 64]}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        ({"gird": {}}, r"gird: unknown key 'gird' \(did you mean 'grid'\?\)"),
+        ({"name": "Smoke Test"}, r"name: 'Smoke Test' is invalid"),
+        ({"name": None}, r"name: required"),
+        ({"base": {**BASE, "modle": {}}}, r"base.modle: unknown key .*did you mean 'model'"),
+        ({"base": {**BASE, "name": "x"}}, r"base.name: not allowed"),
+        (
+            {"grid": {"model.widht": [32]}},
+            r"grid.model.widht: unknown key 'model.widht' \(did you mean 'model.width'\?\)",
+        ),
+        ({"grid": {"name": ["a", "b"]}}, r"grid.name: trials are named after the sweep"),
+        ({"grid": {"model.width": []}}, r"grid.model.width: empty list of values"),
+        ({"grid": {"model.width": 32}}, r"grid.model.width: expected a list of values, got 32"),
+        (
+            {"grid": {"model.width": [32, "big"]}},
+            r"grid.model.width: expected an integer, got 'big'",
+        ),
+        ({"zip": [{"model.width": [32, 64], "train.lr": [1e-3]}]}, r"zip\[0\]: lists of unequal"),
+        ({"zip": [{"model.depht": [1]}]}, r"zip\[0\].model.depht: unknown key .*'model.depth'"),
+        ({"zip": {"model.width": [32]}}, r"zip: expected a list of groups"),
+        ({"zip": [{"model.width": [32]}]}, r"zip\[0\].model.width: overlaps grid.model.width"),
+        ({"exclude": [{"model.depth": 1}]}, r"exclude\[0\].model.depth: unknown key 'model.depth'"),
+        (
+            {"exclude": [{"model.width": 32}, {"model.width": 128}]},
+            r"exclude\[1\].model.width: 128 never occurs in the axis \(values: 32, 64\)",
+        ),
+        ({"exclude": [{}]}, r"exclude\[0\]: expected a non-empty mapping"),
+        (
+            {"exclude": [{"model.position.kind": "rope"}, {"model.position.kind": "learned"}]},
+            r"no trials left after exclude",
+        ),
+        (
+            {"scaling": {"methods": ["linear", "ntk", "rope"]}},
+            r"scaling.methods\[2\]: unknown method 'rope'; allowed: linear, ntk, dynamic, yarn",
+        ),
+        ({"scaling": {"methods": ["default"]}}, r"scaling.methods\[0\]: unknown method 'default'"),
+        ({"scaling": {"factors": [2, 0.5]}}, r"scaling.factors\[1\]: factor must be >= 1, got 0.5"),
+        ({"scaling": {"finetune_steps": -1}}, r"scaling.finetune_steps: must be >= 0, got -1"),
+        ({"scaling": {"steps": 1}}, r"scaling.steps: unknown key 'steps'"),
+        ({"resources": {"num_gpus": -1}}, r"resources.num_gpus: must be >= 0, got -1"),
+        ({"resources": {"gpus": 1}}, r"resources.gpus: unknown key 'gpus' .*'num_gpus'"),
+        ({"max_retries": -1}, r"max_retries: must be >= 0, got -1"),
+        ({"max_retries": 1.5}, r"max_retries: expected an integer, got 1.5"),
+    ],
+)
+def test_errors_name_the_file_and_key_path(tmp_path, overrides, match):
+    data = spec_dict(grid=WIDTHS)
+    data.update(overrides)
+    path = write(tmp_path, {k: v for k, v in data.items() if v is not None})
+    with pytest.raises(ConfigError, match=match) as info:
+        load_spec(path)
+    assert str(info.value).startswith(f"{path}: ")
+
+
+def test_grid_cannot_vary_what_scaling_sets(tmp_path):
+    path = write(tmp_path, spec_dict(grid={"eval.factors": [[2], [4]]}, scaling=SCALING))
+    with pytest.raises(ConfigError, match=r"x.yaml: grid.eval.factors: set by the `scaling`"):
+        load_spec(path)
+
+
+def test_exclude_rule_that_matches_no_zip_combination(tmp_path):
+    zipped = [{"model.width": [32, 64], "train.lr": [3e-3, 1e-3]}]
+    rules = [{"model.width": 64, "train.lr": 3e-3}]
+    path = write(tmp_path, spec_dict(zip=zipped, exclude=rules))
+    with pytest.raises(ConfigError, match=r"x.yaml: exclude\[0\]: matches no trial"):
+        load_spec(path)
+
+
+def test_invalid_trial_names_its_axis_assignment(tmp_path):
+    grid = {"model.width": [96, 100], "model.head_dim": [48]}
+    path = write(tmp_path, spec_dict(grid=grid))
+    expected = (
+        f"{path}: trial {{model.width: 100, model.head_dim: 48}}: "
+        "model.head_dim: 48 does not divide model.width=100"
+    )
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        load_spec(path)
+
+
+def test_independent_errors_are_reported_together(tmp_path):
+    data = spec_dict(grid={"model.widht": [32]}, max_retries=-1, resources={"num_cpus": -1})
+    with pytest.raises(ConfigError) as info:
+        load_spec(write(tmp_path, data))
+    lines = str(info.value).splitlines()
+    assert len(lines) == 3
+    assert all(line.startswith(str(tmp_path / "x.yaml")) for line in lines)
+
+
+def test_unreadable_files(tmp_path):
+    with pytest.raises(ConfigError, match=r"missing.yaml: cannot read YAML"):
+        load_spec(tmp_path / "missing.yaml")
+    path = tmp_path / "list.yaml"
+    path.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match=r"list.yaml: expected a mapping at the top level"):
+        load_spec(path)
+
+
+def _trial(**changes) -> TrialConfig:
+    data = to_dict(from_dict(TrialConfig, BASE))
+    for key, value in changes.items():
+        head, _, rest = key.partition(".")
+        data[head][rest] = value
+    return from_dict(TrialConfig, data)
+
+
+def test_cost_grows_with_width_and_length():
+    small, wide, long = _trial(), _trial(**{"model.width": 64}), _trial(**{"train.length": 64})
+    for other in (wide, long):
+        assert estimate_cost(other)["train_flops"] > estimate_cost(small)["train_flops"]
+        assert estimate_cost(other)["eval_flops"] > estimate_cost(small)["eval_flops"]
+    assert estimate_cost(wide)["n_params"] > estimate_cost(small)["n_params"]
+    cost = estimate_cost(small)
+    assert cost["train_tokens"] == 10 * 4 * 16
+    assert cost["total_flops"] == cost["train_flops"] + cost["finetune_flops"] + cost["eval_flops"]
+
+
+def test_cost_counts_scalings_and_finetuning_for_rope_only():
+    rope = estimate_cost(_trial(**{"eval.finetune_steps": 3}))
+    alibi = estimate_cost(_trial(**{"eval.finetune_steps": 3, "model.position": {"kind": "alibi"}}))
+    assert alibi["finetune_tokens"] == 0 < rope["finetune_tokens"]
+    assert rope["eval_tokens"] > alibi["eval_tokens"]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"model.position": {"kind": "learned"}},
+        {"model.norm": "rmsnorm", "model.mlp": "swiglu", "model.mlp_ratio": 2.5},
+    ],
+)
+def test_n_params_matches_the_built_model(changes):
+    from rope_lab.model import count_params
+    from rope_lab.train import make_model
+
+    trial = _trial(**changes)
+    assert estimate_cost(trial)["n_params"] == count_params(make_model(trial))
+
+
+def test_plan_table_lists_every_trial_and_a_total():
+    spec = parse_spec(spec_dict(grid=WIDTHS, scaling=SCALING))
+    table = plan_table(spec, flops_per_s=1e9)
+    lines = table.splitlines()
+    assert "1 GFLOP/s" in lines[0]
+    assert lines[1].split()[:3] == ["trial", "kind", "width"]
+    for trial in spec.trials:
+        assert any(line.startswith(trial.trial_id) for line in lines)
+    assert lines[-1].startswith("total (4 trials)")
+
+
+@pytest.mark.parametrize(
+    ("name", "n_trials"),
+    [("smoke", 8), ("pe_grid", 45), ("width_scaling", 90), ("extension", 6)],
+)
+def test_shipped_sweeps_load(name, n_trials):
+    spec = load_spec(SWEEPS / f"{name}.yaml")
+    assert spec.name == name
+    assert len(spec.trials) == n_trials
+    assert plan_table(spec).splitlines()[-1].startswith(f"total ({n_trials} trials)")

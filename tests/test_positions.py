@@ -1,0 +1,68 @@
+"""Position encodings: ALiBi slopes, shift invariance of attention logits, random positions."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rope_lab.positions import alibi_slopes, random_positions
+from rope_lab.train import make_model
+from tests.helpers import tiny_trial
+
+
+def test_alibi_slopes_power_of_two():
+    # Press et al. (2022): for 8 heads the slopes are 1/2, 1/4, ..., 1/256.
+    np.testing.assert_allclose(alibi_slopes(8), [2.0 ** -(h + 1) for h in range(8)])
+
+
+def test_alibi_slopes_twelve_heads():
+    # Not a power of two: the 8-head slopes, then every other slope of the 16-head sequence.
+    eight = [2.0 ** -(h + 1) for h in range(8)]
+    sixteen = [2.0 ** (-0.5 * (h + 1)) for h in range(16)]
+    np.testing.assert_allclose(alibi_slopes(12), eight + sixteen[0::2][:4])
+    assert len(set(alibi_slopes(12))) == 12
+
+
+def test_alibi_slopes_reject_nonpositive():
+    with pytest.raises(ValueError, match="heads"):
+        alibi_slopes(0)
+
+
+logits_of = eqx.filter_jit(
+    lambda model, tokens, positions: model.attention_logits(tokens, positions)
+)
+MODELS = {kind: make_model(tiny_trial(kind)) for kind in ["rope", "alibi", "none"]}
+
+
+@pytest.mark.parametrize("kind", ["rope", "alibi", "none"])
+@given(offset=st.integers(1, 3000), seed=st.integers(0, 2**16))
+def test_relative_encodings_are_shift_invariant(kind, offset, seed):
+    model = MODELS[kind]
+    tokens = jax.random.randint(jax.random.PRNGKey(seed), (12,), 0, 24)
+    positions = jnp.arange(12)
+    base = logits_of(model, tokens, positions)
+    shifted = logits_of(model, tokens, positions + offset)
+    # float32 angle error grows with the absolute position: ~ offset * eps * |logit|.
+    tol = 1e-5 + 3e-7 * offset
+    np.testing.assert_allclose(shifted, base, rtol=tol, atol=tol * float(jnp.abs(base).max()))
+
+
+@pytest.mark.parametrize("kind", ["learned", "sinusoidal"])
+def test_absolute_encodings_change_under_shift(kind):
+    model = make_model(tiny_trial(kind), jax.random.PRNGKey(0))
+    tokens = jnp.arange(12) % 24
+    base = model.attention_logits(tokens, jnp.arange(12))
+    shifted = model.attention_logits(tokens, jnp.arange(12) + 5)
+    assert float(jnp.abs(shifted - base).max()) > 1e-2
+
+
+@given(length=st.integers(1, 40), extra=st.integers(0, 200), seed=st.integers(0, 1000))
+def test_random_positions_are_sorted_distinct_in_range(length, extra, seed):
+    max_length = length + extra
+    pos = np.asarray(random_positions(jax.random.PRNGKey(seed), length, max_length))
+    assert pos.shape == (length,)
+    assert np.all(np.diff(pos) > 0)
+    assert pos.min() >= 0 and pos.max() < max_length
