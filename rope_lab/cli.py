@@ -50,6 +50,94 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0 if outcome.status == "done" else 2
 
 
+def _cmd_sweep_run(args: argparse.Namespace) -> int:
+    from rope_lab.sweep.spec import load_spec
+
+    spec = load_spec(args.spec)  # validated before any work starts
+    from rope_lab.sweep.report import summary_table
+    from rope_lab.sweep.runner import run_sweep
+
+    print(
+        f"sweep {spec.name}: {len(spec.trials)} trials -> {Path(args.out) / spec.name}", flush=True
+    )
+    summary = run_sweep(spec, args.out, runner=args.runner, address=args.address)
+    print()
+    print(summary_table(summary.run_dir))
+    print(
+        f"\n{summary.count('done')} done, {summary.count('diverged')} diverged, "
+        f"{summary.count('failed')} failed, {summary.skipped} skipped (already finished), "
+        f"{summary.count('busy')} busy (held by another driver); wall {summary.wall_time_s:.1f}s"
+    )
+    return 1 if summary.count("failed") else 0
+
+
+def _cmd_sweep_plan(args: argparse.Namespace) -> int:
+    from rope_lab.sweep.plan import plan_table
+    from rope_lab.sweep.spec import load_spec
+
+    print(plan_table(load_spec(args.spec), flops_per_s=args.flops))
+    return 0
+
+
+def _cmd_sweep_status(args: argparse.Namespace) -> int:
+    from rope_lab.sweep.report import status_table
+
+    print(status_table(Path(args.run_dir)))
+    return 0
+
+
+def _cmd_sweep_submit(args: argparse.Namespace) -> int:
+    from rope_lab.sweep.spec import load_spec
+
+    load_spec(args.spec)
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(args.address)
+    entrypoint = f"rope-lab sweep run {args.spec} --address auto --out {args.out}"
+    job_id = client.submit_job(entrypoint=entrypoint, runtime_env={"working_dir": "."})
+    print(f"submitted {job_id}: {entrypoint}")
+    print(f"follow it with: ray job logs --follow --address {args.address} {job_id}")
+    return 0
+
+
+def _add_sweep(sub: argparse._SubParsersAction) -> None:
+    sweep = sub.add_parser("sweep", help="run, plan, inspect or submit a sweep of trials")
+    ssub = sweep.add_subparsers(dest="sweep_command", required=True, metavar="SWEEP_COMMAND")
+    p = ssub.add_parser(
+        "run",
+        help="run a sweep spec (in-process Ray by default)",
+        description="Run every unfinished trial of a sweep. Finished trials are skipped, "
+        "interrupted ones resume from their checkpoints. Exit code 1 if any trial failed.",
+    )
+    p.add_argument("spec", type=Path, help="sweep YAML, e.g. sweeps/smoke.yaml")
+    p.add_argument("--address", default=None, help="Ray cluster address (default: in-process)")
+    p.add_argument(
+        "--runner",
+        choices=("ray", "serial"),
+        default="ray",
+        help="ray (default) or serial: same stages in this process, for debugging",
+    )
+    p.add_argument("--out", type=Path, default=Path("runs"), help="parent of the run directory")
+    p.set_defaults(func=_cmd_sweep_run)
+    p = ssub.add_parser("plan", help="list the trials and their estimated cost without running")
+    p.add_argument("spec", type=Path)
+    p.add_argument(
+        "--flops",
+        type=float,
+        default=20e9,
+        help="sustained FLOP/s assumed for the time column (default 20e9)",
+    )
+    p.set_defaults(func=_cmd_sweep_plan)
+    p = ssub.add_parser("status", help="show the trials of a run directory and their status")
+    p.add_argument("run_dir", type=Path)
+    p.set_defaults(func=_cmd_sweep_status)
+    p = ssub.add_parser("submit", help="submit a sweep to a Ray cluster as a Ray job")
+    p.add_argument("spec", type=Path)
+    p.add_argument("--address", required=True, help="Ray job server, e.g. http://HEAD:8265")
+    p.add_argument("--out", type=Path, default=Path("runs"))
+    p.set_defaults(func=_cmd_sweep_submit)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `rope-lab` argument parser."""
     parser = argparse.ArgumentParser(
@@ -66,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config", type=Path, help="trial YAML file (see examples/rope_passkey.yaml)")
     p.add_argument("--out", type=Path, default=None, help="folder for config and Parquet results")
     p.set_defaults(func=_cmd_train)
+    _add_sweep(sub)
     return parser
 
 

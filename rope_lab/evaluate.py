@@ -168,15 +168,21 @@ def evaluate_model(
 
 
 def finetune_and_evaluate(
-    model: Transformer, task: Task, cfg: TrialConfig, *, step: int
+    model: Transformer,
+    task: Task,
+    cfg: TrialConfig,
+    *,
+    step: int,
+    scalings: Iterable[Scaling] | None = None,
 ) -> list[dict]:
-    """For each (method, factor) of a RoPE model: fine-tune `eval.finetune_steps` steps at
-    factor x L_train with that scaling, then evaluate at every length."""
+    """For each (method, factor) of a RoPE model (default: all of the eval config): fine-tune
+    `eval.finetune_steps` steps at factor x L_train with that scaling, then evaluate at every
+    length. Empty when finetune_steps is 0 or the model is not RoPE."""
     ev = cfg.eval
     if ev.finetune_steps <= 0 or cfg.model.position.kind != "rope":
         return []
     rows: list[dict] = []
-    for scaling in scalings_for(cfg)[1:]:
+    for scaling in scalings_for(cfg)[1:] if scalings is None else scalings:
         target = round(scaling.factor * cfg.train.length)
         scaled = with_scaling(
             model, scaling.method, scaling.factor, thaw(scaling.params), seq_len=target

@@ -76,6 +76,13 @@ def make_optimizer(
     )
 
 
+def init_state(cfg: TrialConfig) -> tuple[Transformer, Any]:
+    """A fresh model and its optimizer state (also the skeleton for restoring a checkpoint)."""
+    model = make_model(cfg)
+    params = eqx.filter(model, trainable(model))
+    return model, make_optimizer(cfg.train, model).init(params)
+
+
 def batch_positions(
     cfg: TrialConfig, key: PRNGKeyArray, batch_size: int, length: int
 ) -> Int[Array, "B L"]:

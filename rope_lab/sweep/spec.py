@@ -322,10 +322,10 @@ def _parse_excludes(
                 errors.append(str(err))
                 continue
             if _canon(plain) not in {_canon(v) for v in axis_values[key]}:
-                listed = ", ".join(_fmt(v) for v in _unique(axis_values[key]))
+                listed = ", ".join(format_value(v) for v in _unique(axis_values[key]))
                 errors.append(
-                    f"{label}.{key}: {_fmt(plain)} never occurs in the axis (values: {listed}), "
-                    "so the rule can never match"
+                    f"{label}.{key}: {format_value(plain)} never occurs in the axis "
+                    f"(values: {listed}), so the rule can never match"
                 )
             canon[key] = _canon(plain)
         parsed.append(canon)
@@ -363,7 +363,7 @@ def _expand(
         except ConfigError as err:
             failed += 1
             if failed <= MAX_TRIAL_ERRORS:
-                errors.append(f"trial {_fmt(plain)}: {err}")
+                errors.append(f"trial {format_value(plain)}: {err}")
             continue
         trials.setdefault(cfg.trial_id, cfg)
     if failed > MAX_TRIAL_ERRORS:
@@ -421,118 +421,15 @@ def _unique(values: Any) -> tuple:
     return tuple(seen.values())
 
 
-def _fmt(value: Any) -> str:
+def format_value(value: Any) -> str:
     """Compact YAML-like text of a plain value: {a: 1, b: [2, 3]}."""
     if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{k}: {_fmt(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{k}: {format_value(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list | tuple):
-        return "[" + ", ".join(_fmt(v) for v in value) + "]"
+        return "[" + ", ".join(format_value(v) for v in value) + "]"
     if isinstance(value, float):
         return f"{value:g}"
     return str(value)
-
-
-# --------------------------------------------------------------------------------- cost
-
-
-def estimate_cost(trial: TrialConfig) -> dict[str, int]:
-    """Analytic parameter count, tokens and FLOPs of one trial.
-
-    n_params (trainable, = `model.count_params`): embedding V D, a learned table
-    max_length x D, per block 4 D^2 (attention) + k D M (MLP; k = 3 for SwiGLU, else 2) + two
-    norms (2D each for LayerNorm, D for RMSNorm), a final norm, and the readout D V.
-    Forward FLOPs of one length-L sequence: F(L) = 2 N L + 4 depth L^2 D, where N counts the
-    matmul weights (blocks and readout; embedding and position tables are lookups) and
-    4 L^2 D is Q K^T plus A V over the full masked L x L matrix of each layer. A training step
-    costs 3 forward passes, so train_flops = 6 N tokens + 12 depth L^2 D per sequence.
-    Fine-tuning (RoPE, eval.finetune_steps > 0) repeats that at factor x L for each scaling;
-    evaluation is forward only at every eval length, once per scaling (direct; plus each
-    method x factor for RoPE, and again after fine-tuning). Periodic hooks are not counted.
-    """
-    m, tr, ev = trial.model, trial.train, trial.eval
-    d, v, k = m.width, trial.task.vocab_size, 3 if m.mlp == "swiglu" else 2
-    norm = 2 * d if m.norm == "layernorm" else d
-    matmul = m.depth * (4 * d * d + k * d * m.d_mlp) + d * v
-    table = trial.max_length * d if m.position.kind == "learned" else 0
-    n_params = v * d + table + matmul + m.depth * 2 * norm + norm
-
-    def seq_flops(length: int) -> int:
-        return 2 * matmul * length + 4 * m.depth * length * length * d
-
-    scalings: set[tuple[str, float]] = set()
-    if m.position.kind == "rope":
-        scalings = {(meth, f) for meth in ev.methods for f in ev.factors}
-        scalings.discard((m.position.rope.scaling, m.position.rope.factor))
-    finetune = ev.finetune_steps if m.position.kind == "rope" else 0
-    ft_lengths = [round(f * tr.length) for _, f in scalings] if finetune else []
-    passes = 1 + len(scalings) + len(ft_lengths)
-    eval_seqs = passes * ev.batches * ev.batch_size
-    train_seqs, ft_seqs = tr.steps * tr.batch_size, finetune * tr.batch_size
-    cost = {
-        "n_params": n_params,
-        "matmul_params": matmul,
-        "train_tokens": train_seqs * tr.length,
-        "train_flops": 3 * train_seqs * seq_flops(tr.length),
-        "finetune_tokens": ft_seqs * sum(ft_lengths),
-        "finetune_flops": 3 * ft_seqs * sum(seq_flops(n) for n in ft_lengths),
-        "eval_tokens": eval_seqs * sum(trial.eval_lengths),
-        "eval_flops": eval_seqs * sum(seq_flops(n) for n in trial.eval_lengths),
-    }
-    cost["total_flops"] = cost["train_flops"] + cost["finetune_flops"] + cost["eval_flops"]
-    return cost
-
-
-def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
-    """Text table for `rope-lab sweep plan`: one line per trial and a total line.
-
-    CPU time is total FLOPs / `flops_per_s` (sustained); it ignores compilation and per-step
-    overhead, which dominate tiny models.
-    """
-    keys = list(spec.axes)
-    short = [k.rsplit(".", 1)[-1] for k in keys]
-    heads = [s if short.count(s) == 1 else k for s, k in zip(short, keys, strict=True)]
-    header = ["trial", *heads, "params", "train tok", "eval tok", "FLOPs", "CPU time"]
-    summed = ("train_tokens", "eval_tokens", "total_flops")
-    totals = dict.fromkeys(summed, 0)
-
-    def numbers(cost: dict[str, int]) -> list[str]:
-        cells = [_si(cost[name]) for name in summed]
-        return [*cells, _duration(cost["total_flops"] / flops_per_s)]
-
-    rows = []
-    for trial in spec.trials:
-        cost = estimate_cost(trial)
-        totals = {name: totals[name] + cost[name] for name in summed}
-        values = [_fmt(v) for v in axis_assignments(trial, spec).values()]
-        rows.append([trial.trial_id, *values, _si(cost["n_params"]), *numbers(cost)])
-    total = [f"total ({len(spec.trials)} trials)", *[""] * len(keys), "", *numbers(totals)]
-    widths = [max(len(r[i]) for r in [header, *rows, total]) for i in range(len(header))]
-
-    def line(cells: list[str]) -> str:
-        pairs = enumerate(zip(cells, widths, strict=True))
-        text = [c.ljust(w) if i <= len(keys) else c.rjust(w) for i, (c, w) in pairs]
-        return "  ".join(text).rstrip()
-
-    rule = "-" * len(line(header))
-    intro = (
-        f"sweep {spec.name}: {len(spec.trials)} trials; FLOPs = train + fine-tune + eval; "
-        f"CPU time at {flops_per_s / 1e9:g} GFLOP/s sustained (compilation not included)"
-    )
-    return "\n".join([intro, line(header), rule, *map(line, rows), rule, line(total)])
-
-
-def _si(x: float) -> str:
-    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g}{unit}"
-    return f"{x:.3g}"
-
-
-def _duration(seconds: float) -> str:
-    for unit, scale in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3g}{unit}"
-    return f"{seconds:.2g}s"
 
 
 __all__ = [
@@ -540,8 +437,6 @@ __all__ = [
     "ScalingSpec",
     "SweepSpec",
     "axis_assignments",
-    "estimate_cost",
     "load_spec",
     "parse_spec",
-    "plan_table",
 ]

@@ -7,13 +7,12 @@ import pytest
 import yaml
 
 from rope_lab.config import ConfigError, TrialConfig, from_dict, to_dict
+from rope_lab.sweep.plan import estimate_cost, plan_table
 from rope_lab.sweep.spec import (
     Resources,
     axis_assignments,
-    estimate_cost,
     load_spec,
     parse_spec,
-    plan_table,
 )
 
 BASE = {

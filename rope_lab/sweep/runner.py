@@ -1,0 +1,258 @@
+"""Run a sweep: a train stage per trial, then one scaling stage per (method, factor) of each RoPE
+trial reading the trained model from disk. Ray core tasks (in-process Ray by default, any
+cluster with `address`), or a serial runner with the same interface for tests and debugging.
+
+The driver skips finished trials before importing JAX, records failures with their tracebacks
+and carries on, retries crashed workers (Ray `max_retries`), and always shuts Ray down.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from rope_lab.config import TrialConfig, to_dict
+from rope_lab.results import is_finished, mark_success, trial_dir, write_trial_row
+from rope_lab.sweep.spec import Resources, SweepSpec
+from rope_lab.sweep.stages import run_scaling_stage, run_train_stage, scaling_stages
+
+
+class Runner(Protocol):
+    """Submit functions, wait for any of them, cancel the rest, shut down."""
+
+    def submit(self, fn: Callable[..., dict], *args: Any) -> Any: ...
+    def wait(self, handles: list[Any]) -> tuple[Any, dict]: ...
+    def cancel(self, handles: list[Any]) -> None: ...
+    def shutdown(self) -> None: ...
+
+
+class SerialRunner:
+    """Runs each submitted call in this process, in submission order, when waited on."""
+
+    def __init__(self) -> None:
+        self._queue: dict[int, tuple[Callable[..., dict], tuple]] = {}
+        self._next = 0
+
+    def submit(self, fn: Callable[..., dict], *args: Any) -> int:
+        """Queue a call; returns its handle."""
+        self._next += 1
+        self._queue[self._next] = (fn, args)
+        return self._next
+
+    def wait(self, handles: list[Any]) -> tuple[Any, dict]:
+        """Run the oldest pending call and return (handle, result)."""
+        handle = min(handles)
+        fn, args = self._queue.pop(handle)
+        return handle, _call(fn, *args)
+
+    def cancel(self, handles: list[Any]) -> None:
+        """Drop queued calls."""
+        for h in handles:
+            self._queue.pop(h, None)
+
+    def shutdown(self) -> None:
+        """Nothing to release."""
+
+
+def _call(fn: Callable[..., dict], *args: Any) -> dict:
+    return fn(*args)
+
+
+class RayRunner:
+    """Ray core tasks with per-trial resources; a crashed worker is retried `max_retries` times."""
+
+    def __init__(self, resources: Resources, max_retries: int, address: str | None = None):
+        import ray
+
+        self._ray = ray
+        if not ray.is_initialized():
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        self._remote = ray.remote(_call).options(
+            num_cpus=resources.num_cpus,
+            num_gpus=resources.num_gpus,
+            max_retries=max_retries,
+            retry_exceptions=False,
+        )
+
+    def submit(self, fn: Callable[..., dict], *args: Any) -> Any:
+        """Start a task; returns its ObjectRef."""
+        return self._remote.remote(fn, *args)
+
+    def wait(self, handles: list[Any]) -> tuple[Any, dict]:
+        """Block until one task ends; a crashed task (retries exhausted) becomes a failure."""
+        (ready,), _ = self._ray.wait(handles, num_returns=1)
+        try:
+            return ready, self._ray.get(ready)
+        except Exception as err:  # worker died past its retries, or the task was cancelled
+            return ready, {"status": "failed", "error": f"{type(err).__name__}: {err}"}
+
+    def cancel(self, handles: list[Any]) -> None:
+        """Cancel running and queued tasks."""
+        for h in handles:
+            self._ray.cancel(h, force=True)
+
+    def shutdown(self) -> None:
+        """Disconnect (and stop the in-process cluster if this driver started it)."""
+        self._ray.shutdown()
+
+
+@dataclass
+class TrialState:
+    """What the driver knows of one trial while the sweep runs."""
+
+    cfg: TrialConfig
+    pending: set[str] = field(default_factory=set)
+    results: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class SweepSummary:
+    """Counts and per-trial outcomes of one `run_sweep` call."""
+
+    run_dir: Path
+    statuses: dict[str, str]
+    wall_time_s: float
+    skipped: int
+
+    def count(self, status: str) -> int:
+        """Number of trials with this status."""
+        return sum(1 for s in self.statuses.values() if s == status)
+
+
+class Progress:
+    """One status line: trials done / failed / skipped, stage tasks active (queued or running),
+    and ETA. Rewritten in place on a TTY; otherwise printed once per finished trial."""
+
+    def __init__(self, total: int, skipped: int, stream=sys.stderr):
+        self.total, self.skipped, self.stream = total, skipped, stream
+        self.done = self.failed = self.running = 0
+        self.start = time.perf_counter()
+        self.tty = stream.isatty()
+
+    def show(self) -> None:
+        """Print the current line."""
+        finished = self.done + self.failed
+        elapsed = time.perf_counter() - self.start
+        remaining = self.total - self.skipped - finished
+        eta = f"{elapsed / finished * remaining:5.0f}s" if finished else "    ?"
+        line = (
+            f"[{finished + self.skipped}/{self.total}] done {self.done}  active {self.running}"
+            f"  failed {self.failed}  skipped {self.skipped}  elapsed {elapsed:4.0f}s  ETA {eta}"
+        )
+        self.stream.write(("\r" + line) if self.tty else line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """End the line."""
+        if self.tty:
+            self.stream.write("\n")
+
+
+def _finalize(run_dir: Path, sweep: str, state: TrialState) -> str:
+    results = state.results
+    failed = [r for r in results if r.get("status") not in ("done", "diverged")]
+    train = next((r for r in results if r.get("stage") == "train"), {})
+    status = "failed" if failed else train.get("status", "failed")
+    error = "\n\n".join(str(r.get("error", r.get("status"))) for r in failed) or None
+    stamp = lambda key, pick: dt.datetime.fromtimestamp(
+        pick(r.get(key, time.time()) for r in results), dt.UTC
+    )
+    row = {
+        "trial_id": state.cfg.trial_id,
+        "sweep": sweep,
+        "status": status,
+        "error": error,
+        "wall_time_s": sum(r.get("wall_time_s", 0.0) for r in results),
+        "n_params": train.get("n_params"),
+        "tokens_seen": train.get("tokens_seen"),
+        "started_at": stamp("started_at", min),
+        "finished_at": stamp("finished_at", max),
+    }
+    folder = trial_dir(run_dir, state.cfg.trial_id)
+    write_trial_row(folder, row, state.cfg)
+    if status != "failed":
+        mark_success(folder)
+    return status
+
+
+def run_sweep(
+    spec: SweepSpec,
+    out_dir: str | Path = "runs",
+    *,
+    runner: str = "ray",
+    address: str | None = None,
+    progress: bool = True,
+) -> SweepSummary:
+    """Run every unfinished trial of `spec` under `out_dir/spec.name`; return the summary."""
+    run_dir = Path(out_dir) / spec.name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    todo = [t for t in spec.trials if not is_finished(trial_dir(run_dir, t.trial_id))]
+    statuses = {t.trial_id: "skipped" for t in spec.trials}
+    bar = Progress(len(spec.trials), len(spec.trials) - len(todo))
+    start = time.perf_counter()
+    if not todo:
+        if progress:
+            bar.show()
+            bar.close()
+        return SweepSummary(run_dir, statuses, 0.0, bar.skipped)
+
+    backend: Runner = (
+        SerialRunner()
+        if runner == "serial"
+        else RayRunner(spec.resources, spec.max_retries, address)
+    )
+    states = {t.trial_id: TrialState(t) for t in todo}
+    handles: dict[Any, tuple[str, str]] = {}
+
+    def submit(trial_id: str, stage: str, fn: Callable[..., dict], *args: Any) -> None:
+        handles[backend.submit(fn, *args)] = (trial_id, stage)
+        states[trial_id].pending.add(stage)
+        bar.running = len(handles)
+
+    try:
+        for t in todo:
+            submit(t.trial_id, "train", run_train_stage, to_dict(t), str(run_dir))
+        while handles:
+            if progress and bar.tty:
+                bar.show()
+            handle, result = backend.wait(list(handles))
+            trial_id, stage = handles.pop(handle)
+            state = states[trial_id]
+            state.pending.discard(stage)
+            state.results.append({"stage": stage, **result})
+            if stage == "train" and result.get("status") == "done":
+                for method, factor in scaling_stages(state.cfg):
+                    submit(
+                        trial_id,
+                        f"{method}_x{factor:g}",
+                        run_scaling_stage,
+                        to_dict(state.cfg),
+                        str(run_dir),
+                        method,
+                        factor,
+                    )
+            bar.running = len(handles)
+            if not state.pending:
+                if any(r.get("status") == "busy" for r in state.results):
+                    statuses[trial_id] = "busy"
+                    continue
+                statuses[trial_id] = _finalize(run_dir, spec.name, state)
+                if statuses[trial_id] == "failed":
+                    bar.failed += 1
+                else:
+                    bar.done += 1
+                if progress and not bar.tty:
+                    bar.show()
+    except KeyboardInterrupt:
+        backend.cancel(list(handles))
+        raise
+    finally:
+        backend.shutdown()
+        if progress:
+            bar.close()
+    return SweepSummary(run_dir, statuses, time.perf_counter() - start, bar.skipped)

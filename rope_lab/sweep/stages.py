@@ -1,0 +1,197 @@
+"""Work done inside a sweep worker: the train stage of a trial and its scaling stages.
+
+Each stage takes plain data (a config dict, the run directory), imports JAX lazily, holds a
+per-stage lease so two drivers never run it twice, writes its Parquet segments atomically and
+ends with a `done.json` marker carrying its result. Rerunning a finished stage returns that
+result without work; rerunning an interrupted train stage resumes from its latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rope_lab.config import TrialConfig, from_dict, to_dict
+from rope_lab.results import TrialLease, append_rows, trial_dir
+
+STAGES_DIR = "stages"
+TRAIN_STAGE = "train"
+MODEL_FILE = "model.eqx"
+
+
+def stage_name(method: str, factor: float) -> str:
+    """Folder-safe name of a scaling stage, e.g. 'yarn_x4'."""
+    return f"{method}_x{factor:g}"
+
+
+def stage_dir(run_dir: str | Path, trial_id: str, stage: str) -> Path:
+    """Folder holding one stage's lease and `done.json`."""
+    return trial_dir(run_dir, trial_id) / STAGES_DIR / stage
+
+
+def read_done(path: Path) -> dict | None:
+    """A finished stage's result, or None."""
+    marker = path / "done.json"
+    return json.loads(marker.read_text()) if marker.exists() else None
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _setup_jax(run_dir: str | Path) -> None:
+    import jax
+
+    cache = Path(run_dir) / ".jax_cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(cache))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+
+
+def _guarded(run_dir: str | Path, trial_id: str, stage: str, work) -> dict:
+    """Run `work()` under the stage lease; catch Python errors into a failed result."""
+    folder = stage_dir(run_dir, trial_id, stage)
+    done = read_done(folder)
+    if done is not None:
+        return {**done, "cached": True}
+    lease = TrialLease(folder)
+    if not lease.acquire():
+        return {"status": "busy", "stage": stage, "trial_id": trial_id}
+    start = time.time()
+    try:
+        done = read_done(folder)  # finished by another driver between the check and the lease
+        if done is not None:
+            return {**done, "cached": True}
+        _setup_jax(run_dir)
+        result = {"stage": stage, "trial_id": trial_id, "started_at": start, **work()}
+        result["wall_time_s"] = time.time() - start
+        result["finished_at"] = time.time()
+        if result["status"] in ("done", "diverged"):
+            _write_atomic(folder / "done.json", json.dumps(result))
+        return result
+    except Exception:
+        return {
+            "status": "failed",
+            "stage": stage,
+            "trial_id": trial_id,
+            "error": traceback.format_exc(),
+            "started_at": start,
+            "wall_time_s": time.time() - start,
+            "finished_at": time.time(),
+        }
+    finally:
+        lease.release()
+
+
+def run_train_stage(config: dict[str, Any], run_dir: str) -> dict:
+    """Train (resuming from the latest checkpoint), evaluate the base model, save it."""
+    cfg = from_dict(TrialConfig, config)
+    return _guarded(run_dir, cfg.trial_id, TRAIN_STAGE, lambda: _train(cfg, Path(run_dir)))
+
+
+def _train(cfg: TrialConfig, run_dir: Path) -> dict:
+    from rope_lab.checkpoint import TrialCheckpointer, save_model
+    from rope_lab.evaluate import evaluate_model, scalings_for
+    from rope_lab.model import count_params
+    from rope_lab.train import Hook, StepState, init_state, make_task_from, train
+
+    folder = trial_dir(run_dir, cfg.trial_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    _write_atomic(folder / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    every = cfg.train.checkpoint_every or cfg.train.steps
+    model, opt_state = init_state(cfg)
+    written = {"step": 0}
+    with TrialCheckpointer(folder / "checkpoints", every=every) as ckpt:
+        start = ckpt.latest_step() or 0
+        if start:
+            model, opt_state, start, _ = ckpt.restore(model, opt_state)
+        written["step"] = start
+
+        def flush(history: list[dict], upto: int) -> None:
+            rows = [r for r in history if written["step"] < r["step"] <= upto]
+            if rows:
+                append_rows(folder, "train", rows, segment=f"train_{upto:08d}")
+            written["step"] = upto
+
+        def checkpoint(state: StepState) -> None:
+            ckpt.save(
+                state.step, state.model, state.opt_state, {"data_step": state.step}, force=True
+            )
+            flush(state.history, state.step)
+
+        result = train(
+            cfg,
+            model=model,
+            opt_state=opt_state,
+            start_step=start,
+            hooks=[Hook(every=every, fn=checkpoint)],
+        )
+        flush(result.history, result.steps_done)
+    out = {
+        "status": "diverged" if result.diverged else "done",
+        "n_params": count_params(result.model),
+        "tokens_seen": result.tokens_seen,
+        "resumed_from": start,
+        "final_loss": result.history[-1]["loss"] if result.history else None,
+    }
+    if result.diverged:
+        return out
+    save_model(folder / MODEL_FILE, result.model)
+    rows = evaluate_model(
+        result.model,
+        make_task_from(cfg),
+        cfg,
+        step=result.steps_done,
+        scalings=scalings_for(cfg)[:1],
+    )
+    append_rows(folder, "eval", rows, segment="eval_base")
+    return out
+
+
+def run_scaling_stage(config: dict[str, Any], run_dir: str, method: str, factor: float) -> dict:
+    """Evaluate the trained base model under one RoPE scaling (zero-shot, then fine-tuned if
+    `eval.finetune_steps` > 0), reading the model the train stage saved."""
+    cfg = from_dict(TrialConfig, config)
+    stage = stage_name(method, factor)
+    return _guarded(
+        run_dir, cfg.trial_id, stage, lambda: _scale(cfg, Path(run_dir), method, factor, stage)
+    )
+
+
+def _scale(cfg: TrialConfig, run_dir: Path, method: str, factor: float, stage: str) -> dict:
+    from rope_lab.checkpoint import load_model
+    from rope_lab.evaluate import Scaling, evaluate_model, finetune_and_evaluate
+    from rope_lab.train import make_model, make_task_from
+
+    folder = trial_dir(run_dir, cfg.trial_id)
+    model = load_model(folder / MODEL_FILE, make_model(cfg))
+    task = make_task_from(cfg)
+    params = tuple(
+        sorted(
+            (k, tuple(v) if isinstance(v, list) else v)
+            for k, v in cfg.eval.params_for(method).items()
+        )
+    )
+    scaling = Scaling(method, factor, params)
+    step = cfg.train.steps
+    rows = evaluate_model(model, task, cfg, step=step, scalings=[scaling])
+    rows += finetune_and_evaluate(model, task, cfg, step=step, scalings=[scaling])
+    append_rows(folder, "eval", rows, segment=f"eval_{stage}")
+    return {"status": "done"}
+
+
+def scaling_stages(cfg: TrialConfig) -> list[tuple[str, float]]:
+    """(method, factor) pairs evaluated as separate stages (RoPE models only)."""
+    if cfg.model.position.kind != "rope":
+        return []
+    base = (cfg.model.position.rope.scaling, cfg.model.position.rope.factor)
+    pairs = [(m, f) for m in cfg.eval.methods for f in cfg.eval.factors]
+    return [p for p in dict.fromkeys(pairs) if p != base]
