@@ -122,10 +122,12 @@ def _train(cfg: TrialConfig, run_dir: Path) -> dict:
             written["step"] = upto
 
         def checkpoint(state: StepState) -> None:
+            # Rows first: a kill between the two recomputes them (same segment name), whereas
+            # a checkpoint saved before its rows would lose them on resume.
+            flush(state.history, state.step)
             ckpt.save(
                 state.step, state.model, state.opt_state, {"data_step": state.step}, force=True
             )
-            flush(state.history, state.step)
 
         result = train(
             cfg,

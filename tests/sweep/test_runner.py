@@ -1,0 +1,111 @@
+"""Sweeps end to end: stages, tables, resume, failures, divergence, real Ray."""
+
+import polars as pl
+import pytest
+
+from rope_lab.results import is_finished, load, trial_dir
+from rope_lab.sweep.runner import run_sweep
+from rope_lab.sweep.spec import load_spec
+from tests.sweep.conftest import write_spec
+
+
+def _table_counts(run_dir):
+    res = load(run_dir)
+    return {name: res.table(name).collect().height for name in ("trials", "train", "eval")}
+
+
+def test_serial_sweep_tables_checkpoints_and_rerun(tiny_spec, tmp_path):
+    spec = load_spec(tiny_spec)
+    out = tmp_path / "runs"
+    summary = run_sweep(spec, out, runner="serial", progress=False)
+    assert summary.count("done") == 2
+    run_dir = out / "tiny"
+    res = load(run_dir)
+    trials = res.trials.collect()
+    assert trials.height == 2
+    assert trials.schema["n_params"] == pl.Int64 and trials.schema["model.width"] == pl.Int64
+    assert trials.schema["started_at"] == pl.Datetime("us", "UTC")
+    assert set(trials["status"]) == {"done"}
+    assert trials["error"].null_count() == 2
+    train = res.train.collect()
+    for tid in trials["trial_id"]:
+        steps = train.filter(pl.col("trial_id") == tid)["step"].to_list()
+        assert sorted(steps) == [5, 10, 15, 20]
+        folder = trial_dir(run_dir, tid)
+        assert is_finished(folder)
+        assert (folder / "config.yaml").exists() and (folder / "model.eqx").exists()
+        assert sorted(p.name for p in (folder / "checkpoints").iterdir() if p.name.isdigit()) == [
+            "10",
+            "20",
+        ]
+    ev = res.eval_with_config.filter(pl.col("position_bucket").is_null()).collect()
+    rope = ev.filter(pl.col("model.position.kind") == "rope")
+    assert set(zip(rope["method"], rope["factor"], strict=True)) == {
+        ("default", 1.0),
+        ("linear", 2.0),
+        ("dynamic", 2.0),
+    }
+    alibi = ev.filter(pl.col("model.position.kind") == "alibi")
+    assert set(alibi["method"]) == {"none"} and sorted(alibi["length"]) == [16, 32]
+    before = _table_counts(run_dir)
+    again = run_sweep(spec, out, runner="serial", progress=False)
+    assert again.skipped == 2 and again.count("done") == 0
+    assert _table_counts(run_dir) == before
+
+
+def test_failed_trial_is_recorded_and_the_sweep_goes_on(tmp_path):
+    text = tmp_path / "corpus.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    spec_path = write_spec(
+        tmp_path,
+        base__task={"name": "lm_text", "vocab_size": 256, "params": {"path": str(text)}},
+        grid={"model.position.kind": ["alibi", "none"]},
+    )
+    spec = load_spec(spec_path)  # validated while the file exists
+    bad = spec.trials[0]
+    text.write_text("short")  # the corpus shrinks after validation: every worker now fails
+    summary = run_sweep(spec, tmp_path / "runs", runner="serial", progress=False)
+    assert summary.count("failed") == 2
+    trials = load(tmp_path / "runs" / "tiny").trials.collect()
+    row = trials.filter(pl.col("trial_id") == bad.trial_id).row(0, named=True)
+    assert row["status"] == "failed" and "Traceback" in row["error"]
+    assert not is_finished(trial_dir(tmp_path / "runs" / "tiny", bad.trial_id))
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    rerun = run_sweep(spec, tmp_path / "runs", runner="serial", progress=False)
+    assert rerun.count("done") == 2
+    trials = load(tmp_path / "runs" / "tiny").trials.collect()
+    assert trials.height == 2 and set(trials["status"]) == {"done"}
+
+
+def test_divergence_is_a_result(tmp_path):
+    spec = load_spec(
+        write_spec(
+            tmp_path,
+            base__train={
+                "length": 16,
+                "batch_size": 8,
+                "steps": 20,
+                "lr": 1e30,
+                "clip_norm": 1e30,
+                "log_every": 5,
+            },
+        )
+    )
+    summary = run_sweep(spec, tmp_path / "runs", runner="serial", progress=False)
+    assert summary.count("diverged") == 2
+    res = load(tmp_path / "runs" / "tiny")
+    assert set(res.trials.collect()["status"]) == {"diverged"}
+    assert res.eval.collect().height == 0
+    assert run_sweep(spec, tmp_path / "runs", runner="serial", progress=False).skipped == 2
+
+
+@pytest.mark.ray
+def test_ray_sweep_matches_serial(tiny_spec, tmp_path):
+    spec = load_spec(tiny_spec)
+    serial = run_sweep(spec, tmp_path / "serial", runner="serial", progress=False)
+    ray_run = run_sweep(spec, tmp_path / "ray", runner="ray", progress=False)
+    assert serial.count("done") == ray_run.count("done") == 2
+    cols = ["trial_id", "method", "factor", "length", "position_bucket", "loss", "accuracy"]
+    a = load(serial.run_dir).eval.select(cols).sort(cols[:5]).collect()
+    b = load(ray_run.run_dir).eval.select(cols).sort(cols[:5]).collect()
+    assert a.equals(b)  # the same numbers whichever runner ran them
