@@ -43,7 +43,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                 f"-> {s['longest_length']}"
             )
     if args.out:
-        from rope_lab.trial_io import write_outcome
+        from rope_lab.trial import write_outcome
 
         path = write_outcome(outcome, Path(args.out))
         print(f"\nresults written to {path}")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rope_lab.config import TrialConfig
 from rope_lab.evaluate import evaluate_model, extrapolation_summary, finetune_and_evaluate
@@ -67,3 +69,37 @@ def run_trial(
         wall_time_s=time.perf_counter() - start,
         train_time_s=train_time,
     )
+
+
+def write_outcome(outcome: TrialOutcome, run_dir: Path) -> Path:
+    """Store a finished trial under `run_dir/trials/<id>/` in the sweep results layout
+    (config.yaml, train/eval Parquet segments, trials row, final model, `_SUCCESS`)."""
+    import yaml
+
+    from rope_lab.checkpoint import save_model
+    from rope_lab.config import to_dict
+    from rope_lab.results import append_rows, mark_success, trial_dir, write_trial_row
+
+    cfg = outcome.config
+    folder = trial_dir(run_dir, cfg.trial_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    if outcome.history:
+        append_rows(folder, "train", outcome.history, segment="train")
+    if outcome.eval_rows:
+        append_rows(folder, "eval", outcome.eval_rows, segment="eval")
+    save_model(folder / "model.eqx", outcome.model)
+    now = dt.datetime.now(dt.UTC)
+    row = {
+        "trial_id": cfg.trial_id,
+        "sweep": cfg.name,
+        "status": outcome.status,
+        "wall_time_s": outcome.wall_time_s,
+        "n_params": outcome.n_params,
+        "tokens_seen": outcome.tokens_seen,
+        "started_at": now - dt.timedelta(seconds=outcome.wall_time_s),
+        "finished_at": now,
+    }
+    write_trial_row(folder, row, cfg)
+    mark_success(folder)
+    return folder

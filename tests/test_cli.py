@@ -35,6 +35,29 @@ def test_bad_config_is_one_line_without_traceback(tmp_path):
 def test_train_tiny_trial_prints_table(tmp_path, capsys):
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(to_dict(tiny_trial("rope", steps=10))))
-    assert main(["train", str(path)]) == 0
+    assert main(["train", str(path), "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     assert "accuracy by evaluation length" in out and "dynamic" in out and "status done" in out
+    from rope_lab.results import load
+
+    res = load(tmp_path / "out")
+    assert res.trials.collect()["status"].to_list() == ["done"]
+    assert res.train.collect().height == 2  # steps 5 and 10
+    assert set(res.eval.collect()["method"]) == {"default", "linear", "dynamic"}
+
+
+def test_sweep_plan_status_and_bad_spec(tmp_path):
+    from tests.sweep.conftest import write_spec
+
+    spec = write_spec(tmp_path)
+    out = run_cli("sweep", "plan", str(spec))
+    assert out.returncode == 0, out.stderr
+    assert "passkey-rope-w32" in out.stdout and "passkey-alibi-w32" in out.stdout
+    assert "total" in out.stdout.lower()
+    out = run_cli("sweep", "status", str(tmp_path / "nothing"))
+    assert out.returncode == 0 and "no trials yet" in out.stdout
+    bad = write_spec(tmp_path, grid={"model.widht": [32]})
+    out = run_cli("sweep", "run", str(bad), "--out", str(tmp_path / "runs"))
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "grid.model.widht" in out.stderr and "did you mean 'model.width'" in out.stderr
+    assert not (tmp_path / "runs").exists()  # rejected before any work started

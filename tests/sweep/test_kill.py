@@ -116,3 +116,17 @@ def test_worker_killed_mid_trial_is_retried_and_resumes(tmp_path):
     _check_exactly_once(out / "killed", spec_path)
     done = json.loads((interrupted / "stages/train/done.json").read_text())
     assert done["resumed_from"] >= 200
+
+
+def test_ctrl_c_cancels_cleanly_and_leaves_a_resumable_state(tmp_path):
+    spec_path = _spec(tmp_path)
+    out = tmp_path / "runs"
+    driver = _driver(spec_path, out)
+    _wait_for_checkpoint(out / "killed")
+    driver.send_signal(signal.SIGINT)
+    output, _ = driver.communicate(timeout=120)
+    assert driver.returncode == 130, output
+    assert "interrupted" in output and "Traceback" not in output
+    summary = run_sweep(load_spec(spec_path), out, runner="serial", progress=False)
+    assert summary.count("done") + summary.skipped == 2
+    _check_exactly_once(out / "killed", spec_path)

@@ -109,3 +109,22 @@ def test_ray_sweep_matches_serial(tiny_spec, tmp_path):
     a = load(serial.run_dir).eval.select(cols).sort(cols[:5]).collect()
     b = load(ray_run.run_dir).eval.select(cols).sort(cols[:5]).collect()
     assert a.equals(b)  # the same numbers whichever runner ran them
+
+
+def test_a_stage_held_by_another_driver_is_left_alone(tiny_spec, tmp_path):
+    from rope_lab.results import TrialLease
+    from rope_lab.sweep.stages import TRAIN_STAGE, stage_dir
+
+    spec = load_spec(tiny_spec)
+    out = tmp_path / "runs"
+    held = spec.trials[0]
+    other_driver = TrialLease(stage_dir(out / "tiny", held.trial_id, TRAIN_STAGE))
+    assert other_driver.acquire()
+    summary = run_sweep(spec, out, runner="serial", progress=False)
+    assert summary.statuses[held.trial_id] == "busy"
+    assert summary.statuses[spec.trials[1].trial_id] == "done"
+    assert not is_finished(trial_dir(out / "tiny", held.trial_id))
+    assert not (trial_dir(out / "tiny", held.trial_id) / "trials").exists()  # no row written
+    other_driver.release()
+    rerun = run_sweep(spec, out, runner="serial", progress=False)
+    assert rerun.skipped == 1 and rerun.statuses[held.trial_id] == "done"
