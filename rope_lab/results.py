@@ -94,9 +94,11 @@ NTK_SCHEMA: Final = pl.Schema(
         "trial_id": pl.String(),
         "step": pl.Int64(),
         "probe_length": pl.Int64(),
-        "group": pl.String(),
+        "group": pl.String(),  # parameter group, or "total"
         "metric": pl.String(),
         "value": pl.Float64(),
+        "method": pl.String(),  # RoPE scaling the kernel was measured under ("none": as trained)
+        "factor": pl.Float64(),
     }
 )
 

@@ -86,3 +86,24 @@ def test_schedule_warmup_and_cosine():
     assert float(sched(0)) == 0.0
     assert float(sched(2)) == pytest.approx(1e-3)
     assert float(sched(100)) == pytest.approx(1e-4)
+
+
+@pytest.mark.parametrize("kind", ["rope", "learned"])
+def test_randomized_positions_train_and_evaluate(kind):
+    from rope_lab.config import validate
+    from rope_lab.evaluate import evaluate_model
+    from rope_lab.train import batch_positions, make_task_from
+
+    cfg = replace(
+        tiny_trial(kind, steps=5),
+        **{"model.position.randomized": True, "model.position.random_max_length": 128},
+    )
+    validate(cfg)
+    assert cfg.max_length == 128  # the learned table covers the whole random range
+    pos = batch_positions(cfg, jax.random.PRNGKey(0), 4, 16)
+    assert pos.shape == (4, 16) and int(pos.max()) < 128
+    assert bool(jnp.all(jnp.diff(pos, axis=1) > 0)) and int(pos[:, -1].max()) > 16
+    result = train(cfg)
+    assert not result.diverged
+    rows = evaluate_model(result.model, make_task_from(cfg), cfg, step=5)
+    assert all(np.isfinite(r["loss"]) for r in rows if r["position_bucket"] is None)
