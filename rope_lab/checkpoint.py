@@ -15,8 +15,6 @@ not depend on how Equinox or optax register their nodes.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -25,6 +23,8 @@ import equinox as eqx
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+
+from rope_lab.atomic import atomic_write
 
 __all__ = ["TrialCheckpointer", "load_model", "save_model"]
 
@@ -237,39 +237,10 @@ class TrialCheckpointer:
         self.close()
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def save_model(path: str | Path, model: Any) -> Path:
-    """Write ``model``'s leaves with ``eqx.tree_serialise_leaves``, atomically.
-
-    The bytes go to a hidden temporary file in the same folder, which is fsynced and then
-    renamed over ``path``; readers see either the old file or the complete new one.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            eqx.tree_serialise_leaves(f, model)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-    return path
+    """Write ``model``'s leaves with ``eqx.tree_serialise_leaves``, atomically (readers see
+    either the old file or the complete new one)."""
+    return atomic_write(path, lambda f: eqx.tree_serialise_leaves(f, model))
 
 
 def load_model(path: str | Path, model_like: T) -> T:

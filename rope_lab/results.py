@@ -26,7 +26,6 @@ import os
 import re
 import types
 import typing
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path, PurePath
 from types import TracebackType
@@ -34,6 +33,8 @@ from typing import Any, Final, Literal, Self
 
 import numpy as np
 import polars as pl
+
+from rope_lab.atomic import atomic_write
 
 __all__ = [
     "EVAL_SCHEMA",
@@ -338,36 +339,6 @@ def trial_dir(run_dir: str | Path, trial_id: str) -> Path:
     return Path(run_dir) / "trials" / trial_id
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _atomic_write(path: Path, write: typing.Callable[[typing.BinaryIO], object]) -> Path:
-    """Write ``path`` via a hidden temp file in the same folder, fsync, then ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        with open(tmp, "xb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-    return path
-
-
 def _check_segment(segment: str) -> None:
     if not _SEGMENT_RE.fullmatch(segment):
         raise ValueError(
@@ -478,7 +449,7 @@ def append_rows(
     trial_dir = Path(trial_dir)
     df = _conform(rows, table, schema, trial_dir.name)
     path = trial_dir / table / f"{segment}.parquet"
-    return _atomic_write(path, lambda f: df.write_parquet(f, compression="zstd"))
+    return atomic_write(path, lambda f: df.write_parquet(f, compression="zstd"))
 
 
 def _infer_dtype(name: str, value: Any) -> pl.DataType:
@@ -535,7 +506,7 @@ def write_trial_row(
 def mark_success(trial_dir: str | Path) -> Path:
     """Atomically create ``<trial_dir>/_SUCCESS`` (holds the UTC completion time)."""
     stamp = json.dumps({"finished_at": dt.datetime.now(dt.UTC).isoformat()}).encode()
-    return _atomic_write(Path(trial_dir) / SUCCESS_MARKER, lambda f: f.write(stamp))
+    return atomic_write(Path(trial_dir) / SUCCESS_MARKER, lambda f: f.write(stamp))
 
 
 def is_finished(trial_dir: str | Path) -> bool:

@@ -76,6 +76,7 @@ def write_outcome(outcome: TrialOutcome, run_dir: Path) -> Path:
     (config.yaml, train/eval Parquet segments, trials row, final model, `_SUCCESS`)."""
     import yaml
 
+    from rope_lab.atomic import atomic_write_text
     from rope_lab.checkpoint import save_model
     from rope_lab.config import to_dict
     from rope_lab.results import append_rows, mark_success, trial_dir, write_trial_row
@@ -83,7 +84,7 @@ def write_outcome(outcome: TrialOutcome, run_dir: Path) -> Path:
     cfg = outcome.config
     folder = trial_dir(run_dir, cfg.trial_id)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    atomic_write_text(folder / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
     if outcome.history:
         append_rows(folder, "train", outcome.history, segment="train")
     if outcome.eval_rows:

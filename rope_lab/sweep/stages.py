@@ -9,7 +9,6 @@ result without work; rerunning an interrupted train stage resumes from its lates
 from __future__ import annotations
 
 import json
-import os
 import time
 import traceback
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from rope_lab.atomic import atomic_write_text
 from rope_lab.config import TrialConfig, from_dict, to_dict
 from rope_lab.results import TrialLease, append_rows, trial_dir
 
@@ -39,12 +39,6 @@ def read_done(path: Path) -> dict | None:
     """A finished stage's result, or None."""
     marker = path / "done.json"
     return json.loads(marker.read_text()) if marker.exists() else None
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _setup_jax(run_dir: str | Path) -> None:
@@ -75,7 +69,7 @@ def _guarded(run_dir: str | Path, trial_id: str, stage: str, work) -> dict:
         result["wall_time_s"] = time.time() - start
         result["finished_at"] = time.time()
         if result["status"] in ("done", "diverged"):
-            _write_atomic(folder / "done.json", json.dumps(result))
+            atomic_write_text(folder / "done.json", json.dumps(result))
         return result
     except Exception:
         return {
@@ -105,7 +99,7 @@ def _train(cfg: TrialConfig, run_dir: Path) -> dict:
 
     folder = trial_dir(run_dir, cfg.trial_id)
     folder.mkdir(parents=True, exist_ok=True)
-    _write_atomic(folder / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    atomic_write_text(folder / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
     every = cfg.train.checkpoint_every or cfg.train.steps
     model, opt_state = init_state(cfg)
     written = {"step": 0}
