@@ -167,6 +167,32 @@ class EvalConfig:
         return {}
 
 
+NTK_OUTPUTS = ("random", "trace", "target")
+
+
+@dataclass(frozen=True)
+class NTKConfig:
+    """Empirical-NTK tracking during training.
+
+    Fixed probe sets (seeded, drawn once per trial from the task) of `probes` sequences at
+    L_train and at each `probe_multipliers` x L_train; kernels measured at `steps` (empty:
+    0, 1, 2, 4, ... and the last step). `output`: "random" (a fixed seeded Gaussian readout
+    direction u, the default), "trace" (average over the vocabulary) or "target" (next-token
+    logit). `position_probes` sequences give the position-resolved kernel at the end.
+    """
+
+    enabled: bool = True
+    probes: int = 8
+    probe_multipliers: tuple[float, ...] = (2.0, 4.0)
+    output: str = "random"
+    steps: tuple[int, ...] = ()
+    chunk_size: int = 8
+    groups: bool = True
+    position_probes: int = 2
+    ridge: float = 1e-3
+    seed: int = 4321
+
+
 @dataclass(frozen=True)
 class TrialConfig:
     """Everything that defines one trial."""
@@ -176,6 +202,13 @@ class TrialConfig:
     task: TaskConfig = TaskConfig()
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
+    ntk: NTKConfig = NTKConfig()
+
+    @property
+    def ntk_lengths(self) -> tuple[int, ...]:
+        """Long-probe lengths of the NTK tracking (L_train excluded), sorted and unique."""
+        lengths = {max(1, round(m * self.train.length)) for m in self.ntk.probe_multipliers}
+        return tuple(sorted(lengths - {self.train.length}))
 
     @property
     def eval_lengths(self) -> tuple[int, ...]:
@@ -189,6 +222,8 @@ class TrialConfig:
         pos = self.model.position
         candidates = [*self.eval_lengths, self.train.length]
         candidates += [int(f * self.train.length) for f in self.eval.factors]
+        if self.ntk.enabled:
+            candidates += list(self.ntk_lengths)
         if pos.max_length is not None:
             candidates.append(pos.max_length)
         if pos.randomized and pos.random_max_length is not None:
@@ -443,6 +478,17 @@ def validate(cfg: TrialConfig) -> TrialConfig:
         except ValueError as err:
             raise ConfigError(f"{key_path}: length {length} does not fit the task: {err}") from None
 
+    nk = cfg.ntk
+    _check_choice(nk.output, NTK_OUTPUTS, "ntk.output")
+    for name in ("probes", "chunk_size", "position_probes"):
+        _check_positive(getattr(nk, name), f"ntk.{name}")
+    _check_positive(nk.ridge, "ntk.ridge")
+    for i, mult in enumerate(nk.probe_multipliers):
+        if mult < 1:
+            raise ConfigError(f"ntk.probe_multipliers[{i}]: must be >= 1, got {mult!r}")
+    for i, step in enumerate(nk.steps):
+        if not 0 <= step <= tr.steps:
+            raise ConfigError(f"ntk.steps[{i}]: must be in [0, train.steps={tr.steps}], got {step}")
     method_names = [name for name, _ in ev.method_params]
     for name in method_names:
         if name not in rope.ROPE_KINDS:
@@ -528,6 +574,7 @@ __all__ = [
     "ConfigError",
     "EvalConfig",
     "ModelConfig",
+    "NTKConfig",
     "PositionConfig",
     "RopeConfig",
     "TaskConfig",
