@@ -72,12 +72,14 @@ class RayRunner:
         self._ray = ray
         if not ray.is_initialized():
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
-        self._remote = ray.remote(_call).options(
+        # Resources go to ray.remote itself, not .options(): only then does a GPU task get a
+        # fresh worker process each time, so JAX's device memory is released between trials.
+        self._remote = ray.remote(
             num_cpus=resources.num_cpus,
             num_gpus=resources.num_gpus,
             max_retries=max_retries,
             retry_exceptions=False,
-        )
+        )(_call)
 
     def submit(self, fn: Callable[..., dict], *args: Any) -> Any:
         """Start a task; returns its ObjectRef."""

@@ -1,0 +1,1 @@
+"""Tests of the slurm/ scripts against a real single-node Slurm."""
