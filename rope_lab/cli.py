@@ -63,12 +63,31 @@ def _cmd_sweep_run(args: argparse.Namespace) -> int:
     summary = run_sweep(spec, args.out, runner=args.runner, address=args.address)
     print()
     print(summary_table(summary.run_dir))
+    if not args.no_plots:
+        for path in _write_plots(summary.run_dir):
+            print(f"plot written: {path}")
     print(
         f"\n{summary.count('done')} done, {summary.count('diverged')} diverged, "
         f"{summary.count('failed')} failed, {summary.skipped} skipped (already finished), "
         f"{summary.count('busy')} busy (held by another driver); wall {summary.wall_time_s:.1f}s"
     )
     return 1 if summary.count("failed") else 0
+
+
+def _write_plots(run_dir: Path) -> list[Path]:
+    """The extrapolation curves and the summary page of a run, as PNG under RUN_DIR/plots/."""
+    from rope_lab.plots import plot
+
+    written = []
+    for kind in ("extrapolation", "summary"):
+        out = run_dir / "plots" / f"{kind}.png"
+        try:
+            plot(kind, run_dir, out=out)
+        except Exception as err:  # a sweep's results outlive a failed figure
+            print(f"plot {kind} skipped: {err}", file=sys.stderr)
+            continue
+        written.append(out)
+    return written
 
 
 def _cmd_sweep_plan(args: argparse.Namespace) -> int:
@@ -118,6 +137,11 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         help="ray (default) or serial: same stages in this process, for debugging",
     )
     p.add_argument("--out", type=Path, default=Path("runs"), help="parent of the run directory")
+    p.add_argument(
+        "--no-plots",
+        action="store_true",
+        help="skip writing RUN_DIR/plots/extrapolation.png and summary.png",
+    )
     p.set_defaults(func=_cmd_sweep_run)
     p = ssub.add_parser("plan", help="list the trials and their estimated cost without running")
     p.add_argument("spec", type=Path)
@@ -155,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, help="folder for config and Parquet results")
     p.set_defaults(func=_cmd_train)
     _add_sweep(sub)
+    from rope_lab.cli_analysis import add_commands
+
+    add_commands(sub)
     return parser
 
 

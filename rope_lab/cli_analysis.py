@@ -1,0 +1,304 @@
+"""`rope-lab results` and `rope-lab plot`: query and plot the results of run directories.
+
+Wire into the main parser with ``add_commands(subparsers)``; each command returns an exit
+code (0 ok, 1 on a bad query / plot request, printed as one ``rope-lab: error:`` line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+__all__ = ["add_commands", "cmd_plot", "cmd_results", "load_table", "write_table"]
+
+RESULT_TABLES: Final = ("eval", "ntk", "train", "trials")
+FORMATS: Final = ("table", "csv", "parquet", "json")
+PLOT_OPTIONS: Final = ("metric", "x", "hue", "col", "row")
+# rope_lab.plots.KINDS (repeated here so that building the parser does not import seaborn)
+PLOT_KINDS: Final = (
+    "extrapolation",
+    "positions",
+    "ntk-drift",
+    "ntk-cross",
+    "kernel",
+    "scaling",
+    "summary",
+)
+
+_WHERE_HELP = (
+    "keep rows matching a SQL condition, parsed by polars (pl.sql_expr; no Python is "
+    "evaluated). Double-quote column names that contain dots, single-quote strings: "
+    "--where '\"model.width\" = 64 AND length >= 32 AND method IN (''yarn'', ''ntk'')' "
+    "(inside single shell quotes write '' for a quote). AND/OR/NOT, =, <>, <, >=, IN, "
+    "BETWEEN, IS NULL and functions such as abs() work."
+)
+
+
+def _fail(message: str) -> int:
+    print(f"rope-lab: error: {message}", file=sys.stderr)
+    return 1
+
+
+def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Turn query, value, polars and file errors into one error line and exit code 1."""
+
+    def run(args: argparse.Namespace) -> int:
+        import polars as pl
+
+        from rope_lab.query import QueryError
+
+        try:
+            return func(args)
+        except (QueryError, ValueError, pl.exceptions.PolarsError, OSError) as e:
+            text = str(e).strip().splitlines()
+            return _fail(text[0] if text else type(e).__name__)
+
+    run.__name__ = func.__name__
+    run.__doc__ = func.__doc__
+    return run
+
+
+# --------------------------------------------------------------------------------------------
+# results
+
+
+def load_table(run_dirs: list[Path], table: str, *, buckets: bool = False) -> Any:
+    """The ``table`` of ``run_dirs`` joined with the trial config (a polars DataFrame)."""
+    from rope_lab import query as q
+
+    res = q.results_of(run_dirs)
+    if table == "eval":
+        return q.eval_table(res, whole_sequence=not buckets)
+    if table == "ntk":
+        return q.ntk_table(res)
+    if table == "train":
+        return res.with_config("train").collect()
+    if table == "trials":
+        return res.trials.collect()
+    raise q.QueryError(f"unknown table {table!r}; tables are {', '.join(RESULT_TABLES)}")
+
+
+def _split(cols: str) -> list[str]:
+    return [c.strip() for c in cols.split(",") if c.strip()]
+
+
+def _flat_lists(frame: Any) -> Any:
+    """List columns as ``"[a, b]"`` strings (CSV cannot hold nested data)."""
+    import polars as pl
+
+    exprs = [
+        pl.format("[{}]", pl.col(n).list.eval(pl.element().cast(pl.String)).list.join(", ")).alias(
+            n
+        )
+        for n, dt in frame.schema.items()
+        if isinstance(dt, pl.List)
+    ]
+    return frame.with_columns(exprs) if exprs else frame
+
+
+def write_table(frame: Any, fmt: str, output: Path | None) -> str | None:
+    """Write ``frame`` as csv / parquet / json to ``output``; return the text when no output."""
+    if fmt == "parquet":
+        if output is None:
+            from rope_lab.query import QueryError
+
+            raise QueryError("--format parquet needs --output FILE")
+        frame.write_parquet(output)
+        return None
+    if fmt == "csv":
+        text = _flat_lists(frame).write_csv(None)
+    elif fmt == "json":
+        text = frame.write_json(None)
+    else:
+        raise ValueError(fmt)
+    if output is None:
+        return text
+    output.write_text(text)
+    return None
+
+
+# Columns of the readable table format, after the config columns that vary between rows.
+TABLE_VIEW: Final = {
+    "eval": ("label", "finetune_steps", "length", "position_bucket", "loss", "accuracy",
+             "exact_match"),
+    "ntk": ("label", "step", "probe_length", "group", "metric", "value"),
+    "train": ("step", "loss", "grad_norm", "lr"),
+    "trials": ("trial_id", "status", "wall_time_s", "n_params"),
+}  # fmt: skip
+
+
+def _readable(frame: Any, table: str, selected: bool) -> tuple[Any, int]:
+    """A narrow view for the terminal: the config columns that vary (model.width, PE kind,
+    seed, ...) then the table's main columns; returns it and the number of columns left out."""
+    import polars as pl
+
+    from rope_lab.query import MEASUREMENT_COLUMNS, RUN_COLUMNS, varying_columns
+    from rope_lab.results import TABLE_SCHEMAS
+
+    if selected:
+        return frame, 0
+    view = [c for c in TABLE_VIEW[table] if c in frame.columns]
+    if "finetune_steps" in view and frame.get_column("finetune_steps").n_unique() <= 1:
+        view.remove("finetune_steps")
+    if "position_bucket" in view and frame.get_column("position_bucket").null_count() == len(frame):
+        view.remove("position_bucket")
+    skip = set(TABLE_SCHEMAS[table]) | set(view) | MEASUREMENT_COLUMNS | {"length_ratio"}
+    candidates = [
+        c
+        for c in frame.columns
+        if c not in skip
+        and (c not in RUN_COLUMNS or c == "train.seed")
+        and not c.startswith("eval.")
+        and c != "n_params"
+        and not isinstance(frame.schema[c], pl.List | pl.Datetime)
+    ]
+    shown = [*varying_columns(frame, candidates), *view] if len(frame) > 1 else view
+    return frame.select(shown), frame.width - len(shown)
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    """Print or write one results table of the run directories."""
+    import polars as pl
+
+    from rope_lab.query import check_columns, filter_where
+
+    fmt = args.format
+    if fmt is None:
+        suffix = args.output.suffix.lstrip(".").lower() if args.output else ""
+        fmt = suffix if suffix in ("csv", "parquet", "json") else "table"
+    frame = load_table(list(args.run_dirs), args.table, buckets=args.buckets)
+    if args.where:
+        frame = filter_where(frame, args.where)
+    selected = _split(args.select) if args.select else []
+    if selected:
+        check_columns(frame, selected, "--select")
+        frame = frame.select(selected)
+    if args.sort:
+        keys = _split(args.sort)
+        check_columns(frame, keys, "--sort")
+        frame = frame.sort(keys, nulls_last=True)
+    if fmt != "table":
+        text = write_table(frame, fmt, args.output)
+        if text is not None:
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        else:
+            print(f"wrote {frame.height} rows x {frame.width} columns to {args.output}")
+        return 0
+    shown, hidden = _readable(frame, args.table, bool(selected))
+    width = max(shutil.get_terminal_size((160, 40)).columns, 100)
+    with pl.Config(
+        tbl_rows=args.limit if args.limit > 0 else -1,
+        tbl_cols=-1,
+        tbl_width_chars=width,
+        fmt_str_lengths=80,
+        tbl_hide_column_data_types=True,
+    ):
+        text = str(shown)
+    if args.output:
+        args.output.write_text(text + "\n")
+        print(f"wrote {frame.height} rows to {args.output}")
+    else:
+        print(text)
+    if hidden:
+        print(
+            f"({hidden} more columns not shown: --select COLS shows any of them, --format csv all)",
+            file=sys.stderr,
+        )
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# plot
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    """Draw one plot kind of the run directories and write it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from rope_lab import plots
+    from rope_lab.query import QueryError
+
+    if args.kind not in plots.KINDS:
+        raise QueryError(f"unknown plot kind {args.kind!r}; kinds are: {', '.join(plots.KINDS)}")
+    accepted = plots.plot_options(args.kind)
+    options: dict[str, Any] = {}
+    for name in PLOT_OPTIONS:
+        value = getattr(args, name)
+        if value is None:
+            continue
+        if name not in accepted:
+            takes = [f"--{o}" for o in PLOT_OPTIONS if o in accepted]
+            raise QueryError(
+                f"plot kind {args.kind!r} does not take --{name}; it takes "
+                f"{', '.join(takes) or 'no options'} (and --out)"
+            )
+        options[name] = None if name in ("hue", "col", "row") and value.lower() == "none" else value
+    first = Path(args.run_dirs[0])
+    default_dir = first.parent if first.is_file() else first
+    if not first.exists():
+        raise QueryError(f"not a run directory (no such path): {first}")
+    out = args.out if args.out is not None else default_dir / "plots" / f"{args.kind}.png"
+    plots.plot(args.kind, list(args.run_dirs), out=out, **options)
+    print(f"wrote {out}")
+    return 0
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``results`` and ``plot`` subcommands to the `rope-lab` parser."""
+    p = subparsers.add_parser(
+        "results",
+        help="print or export a results table (eval, ntk, train, trials) of run directories",
+        description="One table of one or more run directories, joined with each trial's "
+        "flattened config (columns such as model.width, model.position.kind, train.length). "
+        "The eval table holds whole-sequence rows with length_ratio = length / train.length "
+        "and a label column (alibi, rope, rope/yarn x4, ...). The readable table format shows "
+        "the config columns that vary and the main columns (--select for others); csv, "
+        "parquet and json export every column.",
+    )
+    p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    p.add_argument("--table", choices=RESULT_TABLES, default="eval", help="default: eval")
+    p.add_argument("--where", metavar="EXPR", help=_WHERE_HELP)
+    p.add_argument("--select", metavar="COLS", help="comma-separated columns to keep, in order")
+    p.add_argument("--sort", metavar="COLS", help="comma-separated columns to sort by")
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default=None,
+        help="table (readable, default) or csv / parquet / json; default from --output's extension",
+    )
+    p.add_argument("--output", type=Path, metavar="FILE", help="write to FILE, not stdout")
+    p.add_argument("--buckets", action="store_true", help="eval: also the per-position-bucket rows")
+    p.add_argument(
+        "--limit", type=int, default=60, help="table format: rows shown (default 60, 0 = all)"
+    )
+    p.set_defaults(func=_guard(cmd_results))
+
+    p = subparsers.add_parser(
+        "plot",
+        help="draw a figure of run directories: " + ", ".join(PLOT_KINDS),
+        description="Draw one figure of one or more run directories and write it (PNG or "
+        "PDF by --out's extension; default RUN_DIR/plots/KIND.png). Kinds: extrapolation "
+        "(metric vs evaluation length per PE kind / RoPE scaling), positions (loss by position "
+        "at the longest length), ntk-drift (NTK drift vs step and its slope vs width), "
+        "ntk-cross (long-probe vs train kernel alignment vs probe length), kernel (heatmaps of "
+        "kernel arrays in an .npz: K_train, K_cross, profile), scaling (metric vs width, "
+        "log-log, power-law fit), summary (one-page dashboard). --hue/--col/--row none: off.",
+    )
+    p.add_argument("kind", metavar="KIND", help="one of: " + ", ".join(PLOT_KINDS))
+    p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    p.add_argument("--out", type=Path, metavar="FILE", help="figure file (.png or .pdf)")
+    p.add_argument("--metric", help="y: accuracy, loss, perplexity, exact_match, error_rate, "
+                   "or an NTK metric (distance_from_init, ...)")  # fmt: skip
+    p.add_argument("--x", help="x column (extrapolation: length or length_ratio; "
+                   "scaling / ntk-drift: model.width or n_params)")  # fmt: skip
+    p.add_argument(
+        "--hue", help="colour column (default label; model.width for ntk-drift; none: one colour)"
+    )
+    p.add_argument("--col", help="facet column (default: model.width when it varies)")
+    p.add_argument("--row", help="facet rows (default: train.length / task.name if varying)")
+    p.set_defaults(func=_guard(cmd_plot))
