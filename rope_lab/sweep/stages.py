@@ -102,6 +102,7 @@ def _train(cfg: TrialConfig, run_dir: Path) -> dict:
     atomic_write_text(folder / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
     every = cfg.train.checkpoint_every or cfg.train.steps
     model, opt_state = init_state(cfg)
+    task = make_task_from(cfg)
     written = {"step": 0}
     with TrialCheckpointer(folder / "checkpoints", every=every) as ckpt:
         start = ckpt.latest_step() or 0
@@ -123,13 +124,17 @@ def _train(cfg: TrialConfig, run_dir: Path) -> dict:
                 state.step, state.model, state.opt_state, {"data_step": state.step}, force=True
             )
 
-        result = train(
-            cfg,
-            model=model,
-            opt_state=opt_state,
-            start_step=start,
-            hooks=[Hook(every=every, fn=checkpoint)],
-        )
+        hooks = [Hook(every=every, fn=checkpoint)]
+        tracker = None
+        if cfg.ntk.enabled:
+            from rope_lab.ntk_tracking import tracking_hook
+
+            def sink(step: int, rows: list[dict]) -> None:
+                append_rows(folder, "ntk", rows, segment=f"ntk_{step:08d}")
+
+            hook, tracker = tracking_hook(cfg, task, sink, folder=folder, done_steps=start)
+            hooks.insert(0, hook)
+        result = train(cfg, model=model, opt_state=opt_state, start_step=start, hooks=hooks)
         flush(result.history, result.steps_done)
     out = {
         "status": "diverged" if result.diverged else "done",
@@ -137,13 +142,15 @@ def _train(cfg: TrialConfig, run_dir: Path) -> dict:
         "tokens_seen": result.tokens_seen,
         "resumed_from": start,
         "final_loss": result.history[-1]["loss"] if result.history else None,
+        "ntk_time_s": 0.0 if tracker is None else tracker.seconds,
+        "train_time_s": result.wall_time_s,
     }
     if result.diverged:
         return out
     save_model(folder / MODEL_FILE, result.model)
     rows = evaluate_model(
         result.model,
-        make_task_from(cfg),
+        task,
         cfg,
         step=result.steps_done,
         scalings=scalings_for(cfg)[:1],

@@ -25,6 +25,7 @@ TINY = {
             "batch_size": 4,
             "position_buckets": 2,
         },
+        "ntk": {"enabled": False},
     },
     "grid": {"model.position.kind": ["rope", "alibi"]},
     "scaling": {"methods": ["linear", "dynamic"], "factors": [2]},

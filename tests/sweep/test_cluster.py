@@ -40,6 +40,7 @@ def write_tiny_spec(folder: Path, name: str = "cluster_tiny") -> Path:
     base["model"]["width"] = 32
     base["train"].update(steps=30, warmup_steps=5, log_every=10)
     base["eval"]["length_multipliers"] = [1, 2]
+    base["ntk"] = {"enabled": False}
     tiny = {
         "name": name,
         "description": "two tiny trials for cluster tests",

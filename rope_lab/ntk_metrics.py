@@ -1,0 +1,199 @@
+"""Metrics on empirical NTK matrices (pure functions, numpy float64), plus the two model-level
+diagnostics built on `rope_lab.ntk`: the shift-invariance error and the position profile.
+
+Conventions: K_train = Theta(D_short, D_short) (n, n), K_cross = Theta(D_long, D_short)
+(m, n); `diag_long` (m,) and `diag_short` (n,) are the diagonals of the two self-kernels
+(Theta(x, x)), needed to normalise a cross kernel to cosines.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from rope_lab.ntk import sequence_kernel
+
+STAT_KEYS = ("mean", "var", "offdiag_mean", "cos_mean", "cos_var", "cos_offdiag_mean")
+
+
+def _f64(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.float64)
+
+
+def cosine(K, diag1, diag2) -> np.ndarray:
+    """K_ij / sqrt(diag1_i diag2_j): (m, n) from K (m, n), diag1 (m,), diag2 (n,); 0 where a
+    diagonal entry is 0."""
+    K, d1, d2 = _f64(K), _f64(diag1), _f64(diag2)
+    denom = np.sqrt(np.clip(np.outer(d1, d2), 0.0, None))
+    return np.where(denom > 0, K / np.where(denom > 0, denom, 1.0), 0.0)
+
+
+def _offdiag_mean(K: np.ndarray) -> float:
+    n = K.shape[0]
+    return float((K.sum() - np.trace(K)) / (n * (n - 1))) if n > 1 else math.nan
+
+
+def kernel_stats(K, diag1=None, diag2=None) -> dict[str, float]:
+    """Mean, variance and off-diagonal mean of K (m, n), and the same for its cosine version.
+
+    A self-kernel (square, no diagonals given) is normalised by its own diagonal and reports
+    off-diagonal means. A cross kernel needs `diag1` (m,) and `diag2` (n,) (the self-kernel
+    diagonals) for the cosine entries (NaN without them); its off-diagonal means are NaN.
+    Keys: STAT_KEYS.
+    """
+    K = _f64(K)
+    is_self = diag1 is None and diag2 is None and K.ndim == 2 and K.shape[0] == K.shape[1]
+    stats = {"mean": float(K.mean()), "var": float(K.var())}
+    stats["offdiag_mean"] = _offdiag_mean(K) if is_self else math.nan
+    if is_self:
+        diag1 = diag2 = np.diag(K)
+    if diag1 is None or diag2 is None:
+        stats |= {"cos_mean": math.nan, "cos_var": math.nan, "cos_offdiag_mean": math.nan}
+        return stats
+    C = cosine(K, diag1, diag2)
+    stats |= {"cos_mean": float(C.mean()), "cos_var": float(C.var())}
+    stats["cos_offdiag_mean"] = _offdiag_mean(C) if is_self else math.nan
+    return stats
+
+
+def cross_train_ratio(K_cross, K_train, diag_long=None, diag_short=None) -> dict[str, float]:
+    """mean(K_cross) / mean(K_train) for K_cross (m, n), K_train (n, n).
+
+    Keys: "mean_ratio", "offdiag_ratio" (over the off-diagonal mean of K_train), and with
+    `diag_long` (m,) (diag_short defaults to diag(K_train)) the same for cosines:
+    "cos_mean_ratio", "cos_offdiag_ratio" (NaN without diag_long).
+    """
+    Kc, Kt = _f64(K_cross), _f64(K_train)
+    out = {"mean_ratio": Kc.mean() / Kt.mean(), "offdiag_ratio": Kc.mean() / _offdiag_mean(Kt)}
+    out |= {"cos_mean_ratio": math.nan, "cos_offdiag_ratio": math.nan}
+    if diag_long is not None:
+        d_short = np.diag(Kt) if diag_short is None else diag_short
+        Cc, Ct = cosine(Kc, diag_long, d_short), cosine(Kt, d_short, d_short)
+        out["cos_mean_ratio"] = Cc.mean() / Ct.mean()
+        out["cos_offdiag_ratio"] = Cc.mean() / _offdiag_mean(Ct)
+    return {k: float(v) for k, v in out.items()}
+
+
+def kernel_distance(K1, K2) -> float:
+    """Fort et al. (2020): 1 - <K1, K2>_F / (|K1|_F |K2|_F), in [0, 2]; 0 for K2 = c K1, c > 0."""
+    a, b = _f64(K1), _f64(K2)
+    cos = np.sum(a * b) / (np.linalg.norm(a) * np.linalg.norm(b))
+    return float(np.clip(1.0 - cos, 0.0, 2.0))
+
+
+def kernel_velocity(K_t, K_t2, dt: float) -> float:
+    """kernel_distance(K_t, K_{t+dt}) / dt."""
+    return kernel_distance(K_t, K_t2) / dt
+
+
+def relative_change(K_t, K_0) -> float:
+    """|K_t - K_0|_F / |K_0|_F."""
+    a, b = _f64(K_t), _f64(K_0)
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def eigenvalues(K) -> np.ndarray:
+    """Eigenvalues of the symmetric part of K (n, n), descending."""
+    K = _f64(K)
+    return np.linalg.eigvalsh((K + K.T) / 2)[::-1]
+
+
+def top_eigenvalues(K, k: int) -> np.ndarray:
+    """The k largest eigenvalues of K (n, n), descending: (min(k, n),)."""
+    return eigenvalues(K)[:k]
+
+
+def effective_rank(K) -> float:
+    """exp(entropy of the eigenvalues normalised to sum 1); tiny negatives clipped to 0."""
+    lam = np.clip(eigenvalues(K), 0.0, None)
+    if lam.sum() <= 0:
+        return 0.0
+    p = lam / lam.sum()
+    p = p[p > 0]
+    return float(np.exp(-np.sum(p * np.log(p))))
+
+
+def coverage(k_x, K_train, theta_xx, lam: float):
+    """k_x^T (K_train + lam I)^-1 k_x / Theta(x, x): how much of phi(x) the training span explains.
+
+    k_x (n,) or (m, n) (rows of K_cross), K_train (n, n), theta_xx scalar or (m,) (diag_long),
+    lam >= 0 a ridge (absolute units of K). In [0, 1] for a PSD kernel on the joint set; a scalar
+    for one probe, (m,) for many.
+    """
+    k, Kt = _f64(k_x), _f64(K_train)
+    single = k.ndim == 1
+    k = np.atleast_2d(k)
+    evals, evecs = np.linalg.eigh((Kt + Kt.T) / 2)
+    evals = np.clip(evals, 0.0, None)
+    keep = evals + lam > max(1e-12 * evals.max(initial=0.0), 0.0)  # lam = 0: pseudo-inverse
+    inv = np.where(keep, 1.0 / np.where(keep, evals + lam, 1.0), 0.0)
+    proj = k @ evecs  # (m, n)
+    explained = np.sum(proj * proj * inv[None, :], axis=1)
+    theta = np.broadcast_to(_f64(theta_xx), explained.shape)
+    out = np.where(theta > 0, explained / np.where(theta > 0, theta, 1.0), 0.0)
+    return float(out[0]) if single else out
+
+
+def kernel_target_alignment(K, y) -> float:
+    """Centred alignment (Cortes et al. 2012): <H K H, y_c y_c^T>_F / (|H K H|_F |y_c y_c^T|_F).
+
+    K (n, n), y (n,); H = I - 11^T / n, y_c = y - mean(y).
+    """
+    K, y = _f64(K), _f64(y)
+    Kc = K - K.mean(0, keepdims=True) - K.mean(1, keepdims=True) + K.mean()
+    yc = y - y.mean()
+    num = yc @ Kc @ yc
+    return float(num / (np.linalg.norm(Kc) * (yc @ yc)))
+
+
+def shift_invariance_error(
+    model, tokens1, tokens2, tau: int, *, positions1=None, positions2=None, **kw
+) -> float:
+    """|Theta(x_tau, x'_tau) - Theta(x, x')|_F / |Theta(x, x')|_F, positions offset by tau.
+
+    tokens1 (N1, L1), tokens2 (N2, L2); positions default to arange(L); `kw` go to
+    `sequence_kernel` (output, chunk_size). A learned table must have >= max position + tau rows.
+    """
+    p1 = np.arange(np.shape(tokens1)[1]) if positions1 is None else np.asarray(positions1)
+    p2 = np.arange(np.shape(tokens2)[1]) if positions2 is None else np.asarray(positions2)
+    base = sequence_kernel(model, tokens1, tokens2, positions1=p1, positions2=p2, **kw)
+    shifted = sequence_kernel(
+        model, tokens1, tokens2, positions1=p1 + tau, positions2=p2 + tau, **kw
+    )
+    return relative_change(shifted, base)
+
+
+def relative_distance_profile(P) -> tuple[np.ndarray, np.ndarray]:
+    """Mean of Theta_ij over each relative distance d = i - j.
+
+    P (L1, L2) or (N1, N2, L1, L2) (averaged over pairs first) -> distances (L1 + L2 - 1,)
+    from -(L2 - 1) to L1 - 1, values (L1 + L2 - 1,).
+    """
+    P = _f64(P)
+    if P.ndim == 4:
+        P = P.mean((0, 1))
+    l1, l2 = P.shape
+    d = np.arange(l1)[:, None] - np.arange(l2)[None, :]
+    distances = np.arange(-(l2 - 1), l1)
+    sums = np.bincount((d + l2 - 1).ravel(), weights=P.ravel(), minlength=distances.size)
+    counts = np.bincount((d + l2 - 1).ravel(), minlength=distances.size)
+    return distances, sums / counts
+
+
+__all__ = [
+    "STAT_KEYS",
+    "cosine",
+    "coverage",
+    "cross_train_ratio",
+    "effective_rank",
+    "eigenvalues",
+    "kernel_distance",
+    "kernel_stats",
+    "kernel_target_alignment",
+    "kernel_velocity",
+    "relative_change",
+    "relative_distance_profile",
+    "shift_invariance_error",
+    "top_eigenvalues",
+]

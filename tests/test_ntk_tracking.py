@@ -1,0 +1,89 @@
+"""NTK tracking during training: rows, drift, resume and RoPE scalings."""
+
+import numpy as np
+import polars as pl
+import pytest
+
+from rope_lab.config import replace, to_dict
+from rope_lab.ntk_tracking import NTKTracker, ntk_steps
+from rope_lab.results import load
+from rope_lab.sweep.stages import run_train_stage
+from rope_lab.train import make_model, make_task_from
+from tests.helpers import tiny_trial
+
+
+def _cfg(kind, **changes):
+    base = replace(
+        tiny_trial(kind, steps=4),
+        **{"ntk.probes": 3, "ntk.probe_multipliers": (2.0,), "eval.factors": (2.0,)},
+    )
+    return replace(base, **changes) if changes else base
+
+
+def test_default_steps_are_log_spaced_plus_last():
+    cfg = tiny_trial(steps=20)
+    assert ntk_steps(cfg) == (0, 1, 2, 4, 8, 16, 20)
+    assert ntk_steps(replace(cfg, **{"ntk.steps": (5, 0)})) == (0, 5)
+
+
+def test_tracker_rows_and_drift():
+    cfg = _cfg("learned")
+    model = make_model(cfg)
+    tracker = NTKTracker(cfg, make_task_from(cfg))
+    rows0 = tracker.measure(model, 0)
+    by = {(r["metric"], r["probe_length"], r["group"]): r["value"] for r in rows0}
+    assert by[("distance_from_init", 16, "total")] == 0.0
+    assert 0.0 < by[("k_train_cos_mean", 16, "total")] <= 1.0
+    assert 0.0 <= by[("coverage_mean", 32, "total")] <= 1.0 + 1e-9
+    assert ("tail_cos_mean", 32, "total") in by and ("eig_1", 16, "total") in by
+    groups = {g for (m, _, g) in by if m == "k_train_mean"}
+    assert groups == {"total", "embedding", "attention_qk", "attention_vo", "mlp", "norms", "head"}
+    parts = sum(v for (m, n, g), v in by.items() if m == "k_cross_mean" and g != "total")
+    assert parts == pytest.approx(by[("k_cross_mean", 32, "total")], rel=1e-5)
+    from rope_lab.train import train
+
+    trained = train(replace(cfg, **{"train.lr": 3e-2, "train.warmup_steps": 0})).model
+    rows4 = {
+        (r["metric"], r["probe_length"], r["group"]): r["value"]
+        for r in tracker.measure(trained, 4)
+    }
+    assert rows4[("distance_from_init", 16, "total")] > 0
+    assert rows4[("velocity", 16, "total")] == pytest.approx(
+        rows4[("distance_from_init", 16, "total")] / 4
+    )
+
+
+@pytest.mark.parametrize(("kind", "invariant"), [("alibi", True), ("learned", False)])
+def test_shift_invariance_row(kind, invariant):
+    cfg = _cfg(kind)
+    tracker = NTKTracker(cfg, make_task_from(cfg))
+    (row,) = tracker.shift_invariance(make_model(cfg), 0)
+    assert row["metric"] == "shift_invariance_error"
+    assert (row["value"] < 1e-3) == invariant, row["value"]
+
+
+def test_rope_scalings_rows():
+    cfg = _cfg("rope")
+    tracker = NTKTracker(cfg, make_task_from(cfg))
+    rows = tracker.under_scalings(make_model(cfg), 4)
+    assert {(r["method"], r["factor"]) for r in rows} == {("linear", 2.0), ("dynamic", 2.0)}
+    assert {r["probe_length"] for r in rows} == {32}
+    assert NTKTracker(_cfg("alibi"), make_task_from(cfg)).under_scalings(None, 4) == []
+
+
+def test_train_stage_writes_ntk_table_and_resumes(tmp_path):
+    cfg = replace(_cfg("rope"), **{"train.checkpoint_every": 2})
+    result = run_train_stage(to_dict(cfg), str(tmp_path))
+    assert result["status"] == "done" and result["ntk_time_s"] > 0
+    ntk = load(tmp_path).ntk.collect()
+    assert sorted(set(ntk["step"])) == [0, 1, 2, 4]
+    assert ntk.filter(pl.col("method") != "none").height > 0
+    folder = tmp_path / "trials" / cfg.trial_id / "ntk"
+    assert sorted(p.name for p in folder.glob("*.npz")) == [
+        f"kernels_{s:08d}.npz" for s in (0, 1, 2, 4)
+    ]
+    # a tracker built on the same folder restores K_0 for drift after a resume
+    tracker = NTKTracker(cfg, make_task_from(cfg), folder.parent)
+    with np.load(folder / "kernels_00000000.npz") as k0:
+        np.testing.assert_array_equal(tracker.initial["train/total"], k0["train/total"])
+    assert tracker.previous is not None and tracker.previous[0] == 4
