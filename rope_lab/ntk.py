@@ -25,9 +25,27 @@ features of the second argument are recomputed for every chunk of the first (n1 
 evaluations; a symmetric call Theta(D, D) computes only the upper blocks); `chunk_size=None`
 computes each side once, all at once. "trace" costs V backward passes per sequence.
 
-Measured on this project's 2-core CPU (width 32, depth 2, head_dim 8, V = 24, L = 16,
-N1 = N2 = 16, P = 28.5k; second call, compiled; benchmark script in the report of the change):
-TIMINGS_PLACEHOLDER
+Measured on this project's shared 2-core CPU (rope, width 64, depth 2, V = 24, L = 16,
+N1 = N2 = 32, P = 102k; compiled; median (min) of 7 runs; the load from other jobs varied):
+
+| sequence kernel, output u                           | ms          |
+| this method, unchunked                              | 69 (55)     |
+| this method, chunk_size 8 / 4 (side 2 recomputed)   | 120 / 275   |
+| symmetric Theta(D, D), chunk_size 8                 | 70 (63)     |
+| one flattened Jacobian (ravel_pytree), J1 J2^T      | 68 (65)     |
+| NTK-vector products (vjp, then jvp per column)      | 785 (686)   |
+| output "trace": jacrev, 1 forward + V backward      | 1005 (823)  |
+| "trace": vmap over c of grad (V fwd + V bwd)        | 1238 (1174) |
+| "trace": flattened Jacobian                         | 1389 (1037) |
+| position kernel 4x16 by 4x16, u: shared forward     | 92 (71)     |
+| the same with one forward per (sequence, position)  | 99 (91)     |
+
+At width 32, N = 16 the order is the same (NTK-vector products 6x slower). Leaf-wise
+contraction ties the flattened Jacobian and never concatenates P-long rows. Caution: on this
+jax/XLA CPU build, `jit(vmap(vjp))` of an already batched function is miscompiled for large
+intermediates (per-cotangent gradients off by ~30%); vmapping the NTK-vector products over
+columns hits it, so they were timed with `lax.map`. This module vmaps single-example `jacrev`s;
+the slow test `test_matches_vmap_free_gradients` checks it against gradients taken without vmap.
 """
 
 from __future__ import annotations
@@ -248,7 +266,7 @@ def _scatter(parts: Sequence[tuple[np.ndarray, np.ndarray]], n: int) -> np.ndarr
     return out
 
 
-def _total(groups: dict):
+def _total(groups: dict[str, np.ndarray]) -> np.ndarray:
     total = groups[GROUPS[0]]
     for g in GROUPS[1:]:
         total = total + groups[g]
@@ -257,6 +275,13 @@ def _total(groups: dict):
 
 def _sequence_masks(length: int) -> np.ndarray:
     return np.ones((1, length), np.float32)
+
+
+def _sequence_groups(model, tokens1, tokens2, output, positions1, positions2, chunk_size):
+    with jax.default_matmul_precision("highest"):
+        side1 = _side(tokens1, positions1, _sequence_masks(np.shape(tokens1)[1]), chunk_size, False)
+        side2 = _side(tokens2, positions2, _sequence_masks(np.shape(tokens2)[1]), chunk_size, False)
+        return _kernel(model, side1, side2, output)[0]
 
 
 def sequence_kernel_groups(
@@ -274,10 +299,7 @@ def sequence_kernel_groups(
     Groups: embedding (token embedding and any learned position table), attention_qk,
     attention_vo, mlp, norms, head. `chunk_size` counts sequences per chunk.
     """
-    with jax.default_matmul_precision("highest"):
-        side1 = _side(tokens1, positions1, _sequence_masks(np.shape(tokens1)[1]), chunk_size, False)
-        side2 = _side(tokens2, positions2, _sequence_masks(np.shape(tokens2)[1]), chunk_size, False)
-        groups, _, _ = _kernel(model, side1, side2, output)
+    groups = _sequence_groups(model, tokens1, tokens2, output, positions1, positions2, chunk_size)
     return {g: jnp.asarray(k) for g, k in groups.items()}
 
 
@@ -293,18 +315,12 @@ def sequence_kernel(
 ) -> jax.Array:
     """Theta(x, x') = <grad F(x), grad F(x')> for tokens1 (N1, L1), tokens2 (N2, L2) -> (N1, N2).
 
+    `chunk_size` counts sequences per chunk (None: each side in one chunk). A call with equal
+    arguments (Theta(D, D)) computes only the upper blocks and is exactly symmetric.
     Example: `K_train = sequence_kernel(model, short, short, output=u, chunk_size=16)`.
     """
-    groups = sequence_kernel_groups(
-        model,
-        tokens1,
-        tokens2,
-        output=output,
-        positions1=positions1,
-        positions2=positions2,
-        chunk_size=chunk_size,
-    )
-    return _total(groups)
+    groups = _sequence_groups(model, tokens1, tokens2, output, positions1, positions2, chunk_size)
+    return jnp.asarray(_total(groups))
 
 
 def position_kernel(

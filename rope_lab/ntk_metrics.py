@@ -1,5 +1,5 @@
-"""Metrics on empirical NTK matrices (pure functions, numpy float64), plus the two model-level
-diagnostics built on `rope_lab.ntk`: the shift-invariance error and the position profile.
+"""Metrics on empirical NTK matrices (pure functions, numpy float64), and the shift-invariance
+error, which computes its kernels with `rope_lab.ntk` (where the tail kernel also lives).
 
 Conventions: K_train = Theta(D_short, D_short) (n, n), K_cross = Theta(D_long, D_short)
 (m, n); `diag_long` (m,) and `diag_short` (n,) are the diagonals of the two self-kernels
