@@ -34,7 +34,7 @@ from rope_lab import ntk_metrics as nm
 from rope_lab.atomic import atomic_write
 from rope_lab.config import TrialConfig
 from rope_lab.model import Transformer, with_scaling
-from rope_lab.ntk import sequence_kernel, sequence_kernel_groups, tail_kernel
+from rope_lab.ntk import position_kernel, sequence_kernel, sequence_kernel_groups, tail_kernel
 from rope_lab.tasks import Task
 from rope_lab.train import Hook, StepState
 
@@ -227,6 +227,31 @@ class NTKTracker:
                     add("head_cos_mean", float(np.mean(k[f"headcos{length}"])), length)
         return rows
 
+    def position_kernels(self, model: Transformer) -> dict[str, np.ndarray]:
+        """Position-resolved kernels on `ntk.position_probes` probes, averaged over probe pairs:
+        K_train (L, L) over training positions, K_cross (L, L_long) against the longest probes,
+        and the profile (L_long,): mean kernel of each long position with the training
+        positions. Saved as `ntk/position_kernels.npz` when `folder` is set."""
+        n, L = self.cfg.ntk.position_probes, self.cfg.train.length
+        short = self.probes.short[:n]
+        kw: dict[str, Any] = {"output": self.output, "chunk_size": self.cfg.ntk.chunk_size * L}
+        K_train = np.asarray(position_kernel(model, short, short, **kw)).mean((0, 1))
+        arrays = {"K_train": K_train, "train_length": np.asarray(L)}
+        if self.probes.long:
+            length = max(self.probes.long)
+            long = self.probes.long[length][:n]
+            K_cross = np.asarray(position_kernel(model, short, long, **kw)).mean((0, 1))
+            arrays |= {
+                "K_cross": K_cross,
+                "profile": K_cross.mean(0),
+                "positions": np.arange(length),
+                "profile_label": np.asarray("mean kernel with training positions"),
+            }
+        if self.folder is not None and "K_cross" in arrays:
+            path = self.folder / "ntk" / "position_kernels.npz"
+            atomic_write(path, lambda f: np.savez(f, **arrays))  # type: ignore[arg-type]
+        return arrays
+
     def shift_invariance(self, model: Transformer, step: int) -> list[dict]:
         """Shift-invariance error of K_train with positions offset by L_train (one row)."""
         L = self.cfg.train.length
@@ -304,6 +329,7 @@ def tracking_hook(
         rows += tracker.shift_invariance(state.model, state.step)
         if state.step == cfg.train.steps:
             rows += tracker.under_scalings(state.model, state.step)
+            tracker.position_kernels(state.model)
         sink(state.step, rows)
         tracker.seconds += time.perf_counter() - start
 

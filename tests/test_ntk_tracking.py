@@ -79,9 +79,12 @@ def test_train_stage_writes_ntk_table_and_resumes(tmp_path):
     assert sorted(set(ntk["step"])) == [0, 1, 2, 4]
     assert ntk.filter(pl.col("method") != "none").height > 0
     folder = tmp_path / "trials" / cfg.trial_id / "ntk"
-    assert sorted(p.name for p in folder.glob("*.npz")) == [
+    assert sorted(p.name for p in folder.glob("kernels_*.npz")) == [
         f"kernels_{s:08d}.npz" for s in (0, 1, 2, 4)
     ]
+    with np.load(folder / "position_kernels.npz") as pk:
+        assert pk["K_train"].shape == (16, 16) and pk["K_cross"].shape == (16, 32)
+        assert pk["profile"].shape == (32,)
     # a tracker built on the same folder restores K_0 for drift after a resume
     tracker = NTKTracker(cfg, make_task_from(cfg), folder.parent)
     with np.load(folder / "kernels_00000000.npz") as k0:

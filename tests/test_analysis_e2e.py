@@ -1,0 +1,63 @@
+"""Every plot kind and the report script on the results of a real (reduced) smoke sweep."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import pytest
+
+from rope_lab.plots import KINDS, plot
+from rope_lab.sweep.runner import run_sweep
+from rope_lab.sweep.spec import load_spec
+from tests.sweep.conftest import write_spec
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    """sweeps/smoke.yaml's grid (4 PE kinds x 2 widths, NTK tracked) at tiny sizes, serially."""
+    tmp = tmp_path_factory.mktemp("smoke")
+    spec = write_spec(
+        tmp,
+        name="smoke_small",
+        grid={"model.position.kind": ["rope", "alibi", "learned", "none"], "model.width": [16, 32]},
+        base__ntk={"probes": 3, "probe_multipliers": [2.0], "steps": [0, 4, 20]},
+        base__model={"depth": 1, "head_dim": 8},
+    )
+    summary = run_sweep(load_spec(spec), tmp / "runs", runner="serial", progress=False)
+    assert summary.count("done") == 8
+    return summary.run_dir
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_plot_kind_renders_from_a_real_sweep(smoke_run, kind, tmp_path):
+    source = smoke_run
+    if kind == "kernel":
+        source = next(smoke_run.glob("trials/*rope*/ntk/position_kernels.npz"))
+    out = tmp_path / f"{kind}.png"
+    fig = plot(kind, source, out=out)
+    assert fig.axes and any(ax.has_data() for ax in fig.axes)
+    image = mpimg.imread(out)
+    assert image.shape[0] > 100 and image.shape[1] > 100 and image.std() > 0
+
+
+def test_report_script_on_a_real_sweep(smoke_run, tmp_path):
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "analysis" / "report.py"),
+            str(smoke_run),
+            "--out",
+            str(tmp_path / "report"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "alibi" in text and "learned" in text
+    assert (tmp_path / "report" / "extrapolation_summary.csv").exists()
