@@ -39,13 +39,6 @@ from rope_lab.tasks import Task
 from rope_lab.train import Hook, StepState
 
 TOTAL = "total"
-GROUP_METRICS = (
-    "k_train_mean",
-    "k_cross_mean",
-    "cross_train_ratio",
-    "distance_from_init",
-    "relative_change",
-)
 
 
 def ntk_steps(cfg: TrialConfig) -> tuple[int, ...]:
