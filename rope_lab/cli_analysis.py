@@ -18,16 +18,6 @@ __all__ = ["add_commands", "cmd_plot", "cmd_results", "load_table", "write_table
 RESULT_TABLES: Final = ("eval", "ntk", "train", "trials")
 FORMATS: Final = ("table", "csv", "parquet", "json")
 PLOT_OPTIONS: Final = ("metric", "x", "hue", "col", "row")
-# rope_lab.plots.KINDS (repeated here so that building the parser does not import seaborn)
-PLOT_KINDS: Final = (
-    "extrapolation",
-    "positions",
-    "ntk-drift",
-    "ntk-cross",
-    "kernel",
-    "scaling",
-    "summary",
-)
 
 _WHERE_HELP = (
     "keep rows matching a SQL condition, parsed by polars (pl.sql_expr; no Python is "
@@ -250,6 +240,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``results`` and ``plot`` subcommands to the `rope-lab` parser."""
+    from rope_lab.query import PLOT_KINDS
+
     p = subparsers.add_parser(
         "results",
         help="print or export a results table (eval, ntk, train, trials) of run directories",

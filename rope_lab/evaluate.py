@@ -123,15 +123,15 @@ def scalings_for(cfg: TrialConfig) -> list[Scaling]:
     out = [Scaling(pos.rope.scaling, pos.rope.factor, pos.rope.params)]
     for method in cfg.eval.methods:
         for factor in cfg.eval.factors:
-            params = tuple(sorted(cfg.eval.params_for(method).items()))
-            candidate = Scaling(method, factor, tuple((k, _freeze(v)) for k, v in params))
+            candidate = eval_scaling(cfg, method, factor)
             if candidate not in out:
                 out.append(candidate)
     return out
 
 
-def _freeze(value):
-    return tuple(value) if isinstance(value, list) else value
+def eval_scaling(cfg: TrialConfig, method: str, factor: float) -> Scaling:
+    """One scaling method of the eval config at `factor`, with its (frozen) parameters."""
+    return Scaling(method, factor, dict(cfg.eval.method_params).get(method, ()))
 
 
 def evaluate_model(

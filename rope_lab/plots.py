@@ -33,7 +33,7 @@ from matplotlib.lines import Line2D
 
 from rope_lab import query as q
 from rope_lab.fits import fit_power_law
-from rope_lab.query import QueryError
+from rope_lab.query import PLOT_KINDS, QueryError
 
 __all__ = [
     "DRIFT_METRICS",
@@ -52,15 +52,7 @@ __all__ = [
     "summary",
 ]
 
-KINDS: Final = (
-    "extrapolation",
-    "positions",
-    "ntk-drift",
-    "ntk-cross",
-    "kernel",
-    "scaling",
-    "summary",
-)
+KINDS: Final = PLOT_KINDS
 DRIFT_METRICS: Final = ("distance_from_init", "velocity", "relative_change")
 CROSS_METRICS: Final = ("k_cross_cos_mean", "cross_train_cos_ratio")
 EVAL_METRICS: Final = ("loss", "perplexity", "accuracy", "exact_match", "error_rate")

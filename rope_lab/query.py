@@ -22,6 +22,17 @@ import polars as pl
 
 from rope_lab.results import Results, load
 
+# Figure kinds of rope_lab.plots (here, so the CLI parser lists them without importing seaborn).
+PLOT_KINDS: Final = (
+    "extrapolation",
+    "positions",
+    "ntk-drift",
+    "ntk-cross",
+    "kernel",
+    "scaling",
+    "summary",
+)
+
 __all__ = [
     "MEASUREMENT_COLUMNS",
     "RUN_COLUMNS",

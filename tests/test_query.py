@@ -292,9 +292,9 @@ def test_cli_results_errors(
 
 
 def test_cli_plot_kinds_match_plots_module() -> None:
-    from rope_lab import plots
+    from rope_lab import plots, query
 
-    assert cli_analysis.PLOT_KINDS == plots.KINDS
+    assert query.PLOT_KINDS == plots.KINDS
 
 
 def test_report_script_tables(run: Path, tmp_path: Path) -> None:

@@ -171,19 +171,13 @@ def run_scaling_stage(config: dict[str, Any], run_dir: str, method: str, factor:
 
 def _scale(cfg: TrialConfig, run_dir: Path, method: str, factor: float, stage: str) -> dict:
     from rope_lab.checkpoint import load_model
-    from rope_lab.evaluate import Scaling, evaluate_model, finetune_and_evaluate
+    from rope_lab.evaluate import eval_scaling, evaluate_model, finetune_and_evaluate
     from rope_lab.train import make_model, make_task_from
 
     folder = trial_dir(run_dir, cfg.trial_id)
     model = load_model(folder / MODEL_FILE, make_model(cfg))
     task = make_task_from(cfg)
-    params = tuple(
-        sorted(
-            (k, tuple(v) if isinstance(v, list) else v)
-            for k, v in cfg.eval.params_for(method).items()
-        )
-    )
-    scaling = Scaling(method, factor, params)
+    scaling = eval_scaling(cfg, method, factor)
     step = cfg.train.steps
     rows = evaluate_model(model, task, cfg, step=step, scalings=[scaling])
     rows += finetune_and_evaluate(model, task, cfg, step=step, scalings=[scaling])
