@@ -179,16 +179,19 @@ class NTKConfig:
     0, 1, 2, 4, ... and the last step). `output`: "random" (a fixed seeded Gaussian readout
     direction u, the default), "trace" (average over the vocabulary) or "target" (next-token
     logit). `position_probes` sequences give the position-resolved kernel at the end.
+    `pad_to_longest`: run every probe set through one compiled gradient program at the longest
+    probe length (exact for a causal model; fewer compilations, more compute per NTK step).
     """
 
     enabled: bool = True
     probes: int = 8
-    probe_multipliers: tuple[float, ...] = (2.0, 4.0)
+    probe_multipliers: tuple[float, ...] = (2.0, 4.0, 8.0)
     output: str = "random"
     steps: tuple[int, ...] = ()
     chunk_size: int = 8
     groups: bool = True
     position_probes: int = 2
+    pad_to_longest: bool = True
     ridge: float = 1e-3
     seed: int = 4321
 

@@ -273,6 +273,105 @@ def _total(groups: dict[str, np.ndarray]) -> np.ndarray:
     return total
 
 
+@dataclass(frozen=True)
+class GradientFeatures:
+    """Gradient features of N sequences x R output masks, computed once and contracted often.
+
+    `leaves[k]` is (N R, C p_k) for parameter leaf k (row n R + r: sequence n, mask r; C = V for
+    "trace", else 1), `groups[k]` its parameter group. Rows are linear in the masks, so
+    `combine` gives features of other masks (e.g. head = all - tail) without new gradients.
+    """
+
+    leaves: tuple[Array, ...]
+    groups: tuple[str, ...]
+    n: int
+    rows: int
+
+    def combine(self, weights) -> GradientFeatures:
+        """Features of new masks sum_r w_{r'r} m_r: weights (R', R) -> (N R', ...) features."""
+        w = jnp.asarray(weights, jnp.float32)
+        mixed = [
+            jnp.einsum("sr,nrp->nsp", w, leaf.reshape(self.n, self.rows, -1)).reshape(
+                self.n * w.shape[0], -1
+            )
+            for leaf in self.leaves
+        ]
+        return GradientFeatures(tuple(mixed), self.groups, self.n, w.shape[0])
+
+    def sqnorms(self) -> Float[Array, "N R"]:
+        """Squared feature norms, i.e. the kernel's diagonal Theta(row, row)."""
+        total = sum(jnp.sum(leaf * leaf, axis=1) for leaf in self.leaves)
+        return jnp.asarray(total).reshape(self.n, self.rows)
+
+
+def gradient_features(
+    model,
+    tokens,
+    *,
+    masks=None,
+    output="trace",
+    positions=None,
+    chunk_size: int | None = None,
+) -> GradientFeatures:
+    """Per-example gradients of F_r(x) = sum_i m_ri f_i(x) for tokens (N, L).
+
+    `masks` (R, L) shared by every sequence or (N, R, L) per sequence (default: one all-ones
+    mask, the sequence kernel's F). One forward and R C backward passes per sequence, in chunks
+    of `chunk_size` sequences (the last chunk is padded, so every chunk runs one compiled
+    program). Memory: N R C P floats are kept; use `sequence_kernel` with chunks when that is
+    too much.
+    """
+    tok = np.asarray(tokens).astype(np.int32)
+    if tok.ndim != 2:
+        raise ValueError(f"tokens: expected shape (N, L), got {tok.shape}")
+    n, length = tok.shape
+    pos = _as_positions(tok, positions)
+    m = _sequence_masks(length) if masks is None else np.asarray(masks, np.float32)
+    if m.ndim == 2:
+        m = np.broadcast_to(m, (n, *m.shape))
+    if m.ndim != 3 or m.shape[0] != n or m.shape[2] != length:
+        raise ValueError(f"masks: expected (R, {length}) or ({n}, R, {length}), got {m.shape}")
+    if chunk_size is not None and chunk_size < 1:
+        raise ValueError(f"chunk_size: must be positive, got {chunk_size}")
+    kind, u = _output_spec(model, output)
+    params, static = eqx.partition(model, trainable(model))
+    b = n if chunk_size is None else min(chunk_size, n)
+    parts = []
+    with jax.default_matmul_precision("highest"):
+        for start in range(0, n, b):
+            seq = np.minimum(np.arange(start, start + b), n - 1)  # pad: same shape, no retrace
+            feats, _ = _features(
+                params,
+                static,
+                jnp.asarray(tok[seq]),
+                jnp.asarray(pos[seq]),
+                jnp.asarray(m[seq]),
+                kind,
+                u,
+            )
+            keep = min(b, n - start) * m.shape[1]
+            parts.append([f[:keep] for f in feats])
+    leaves = tuple(
+        jnp.concatenate(column) if len(parts) > 1 else column[0]
+        for column in zip(*parts, strict=True)
+    )
+    return GradientFeatures(leaves, _leaf_groups(params), n, m.shape[1])
+
+
+def feature_kernels(a: GradientFeatures, b: GradientFeatures) -> dict[str, np.ndarray]:
+    """Per-group kernels (N1 R1, N2 R2) between two feature sets; the groups sum to the total."""
+    out = {g: np.zeros((a.n * a.rows, b.n * b.rows), np.float32) for g in GROUPS}
+    with jax.default_matmul_precision("highest"):
+        for group, x, y in zip(a.groups, a.leaves, b.leaves, strict=True):
+            out[group] += np.asarray(jnp.matmul(x, y.T, precision=jax.lax.Precision.HIGHEST))
+    return out
+
+
+def total_kernel(groups: dict[str, np.ndarray]) -> np.ndarray:
+    """Sum of per-group kernels."""
+    return _total(groups)
+
+
 def _sequence_masks(length: int) -> np.ndarray:
     return np.ones((1, length), np.float32)
 
@@ -389,9 +488,13 @@ def tail_kernel(
 
 __all__ = [
     "GROUPS",
+    "GradientFeatures",
+    "feature_kernels",
+    "gradient_features",
     "param_group",
     "position_kernel",
     "sequence_kernel",
     "sequence_kernel_groups",
     "tail_kernel",
+    "total_kernel",
 ]

@@ -12,10 +12,18 @@ long length for K_cross metrics; group = "total" or a parameter group):
   training span explains); tail_cos_mean / head_cos_mean (gradient cosines of a long probe's
   outputs at positions >= L_train / < L_train against the training probes);
 - distance_from_init, relative_change (vs step 0) and velocity (vs the previous NTK step);
-- eig_1..eig_5, effective_rank, alignment (centred kernel-target alignment), and
-  shift_invariance_error (positions offset by L_train).
+- eig_1..eig_5, effective_rank, alignment (centred kernel-target alignment);
+- shift_invariance_error (positions offset by L_train), total and per group, at step 0 and the
+  last step.
 At the last step a RoPE model's K_cross is also measured under every scaling method and factor
 of the eval config (rows with `method`, `factor`).
+
+Cost: each NTK step takes one gradient pass over the short probes and one over each long probe
+set (two output masks, whole and tail, sharing a forward pass); every kernel and metric is a
+contraction of those features. With `ntk.pad_to_longest` (the default) all of a trial's
+tracking, the position kernels and the RoPE scalings included, runs one compiled gradient
+program (probes padded to the longest probe length: fewer compilations, which dominate small
+trials, for more compute per NTK step); without it, one program per probe length.
 """
 
 from __future__ import annotations
@@ -34,7 +42,13 @@ from rope_lab import ntk_metrics as nm
 from rope_lab.atomic import atomic_write
 from rope_lab.config import TrialConfig
 from rope_lab.model import Transformer, with_scaling
-from rope_lab.ntk import position_kernel, sequence_kernel, sequence_kernel_groups, tail_kernel
+from rope_lab.ntk import (
+    GROUPS,
+    GradientFeatures,
+    feature_kernels,
+    gradient_features,
+    total_kernel,
+)
 from rope_lab.tasks import Task
 from rope_lab.train import Hook, StepState
 
@@ -132,23 +146,70 @@ class NTKTracker:
             with np.load(files[-1]) as last:
                 self.previous = (int(files[-1].stem.split("_")[1]), dict(last))
 
+    @property
+    def program_length(self) -> int:
+        """Sequence length of the gradient program when `ntk.pad_to_longest`: the longest probe."""
+        return max((self.cfg.train.length, *self.probes.long))
+
+    def _features(
+        self, model: Transformer, tokens: np.ndarray, *, masks=None, positions=None
+    ) -> GradientFeatures:
+        """Gradient features of tokens (n, L) under masks (R, L) or (n, R, L), R <= 2.
+
+        With `ntk.pad_to_longest` every call runs one compiled program of shape (chunk, 2,
+        longest probe): the model is causal, so tokens appended after position L change no
+        output at positions < L, and the padded positions are masked out."""
+        n, length = tokens.shape
+        m = np.ones((1, length), np.float32) if masks is None else np.asarray(masks, np.float32)
+        m = np.broadcast_to(m, (n, *m.shape[-2:]))
+        rows = m.shape[1]
+        pad = self.program_length - length
+        if not self.cfg.ntk.pad_to_longest or (pad == 0 and rows == 2):
+            return gradient_features(
+                model,
+                tokens,
+                masks=m,
+                positions=positions,
+                output=self.output,
+                chunk_size=self.cfg.ntk.chunk_size,
+            )
+        pos = np.arange(length, dtype=np.int32) if positions is None else np.asarray(positions)
+        pos = np.broadcast_to(pos, (n, length))
+        feats = gradient_features(
+            model,
+            np.pad(tokens, ((0, 0), (0, pad))),
+            masks=np.pad(m, ((0, 0), (0, 2 - rows), (0, pad))),
+            positions=np.pad(pos, ((0, 0), (0, pad)), mode="edge"),
+            output=self.output,
+            chunk_size=self.cfg.ntk.chunk_size,
+        )
+        return feats.combine(np.eye(2, dtype=np.float32)[:rows])
+
+    def _long_features(self, model: Transformer, length: int) -> GradientFeatures:
+        """Rows per long probe: its whole output F, then its unseen tail F_tail (i >= L_train)."""
+        tail = (np.arange(length) >= self.cfg.train.length).astype(np.float32)
+        return self._features(
+            model, self.probes.long[length], masks=np.stack([np.ones_like(tail), tail])
+        )
+
     def _kernels(self, model: Transformer) -> dict[str, np.ndarray]:
-        kw: dict[str, Any] = {"output": self.output, "chunk_size": self.cfg.ntk.chunk_size}
-        short = self.probes.short
+        """K_train, K_cross per group, long diagonals and tail/head cosines, from one gradient
+        pass over the short probes and one (two masks) over each long probe set."""
+        short = self._features(model, self.probes.short)
         out: dict[str, np.ndarray] = {}
-        groups = sequence_kernel_groups(model, short, short, **kw)
-        for g, k in groups.items():
-            out[f"train/{g}"] = np.asarray(k)
-        out[f"train/{TOTAL}"] = np.sum([out[f"train/{g}"] for g in groups], axis=0)
-        for length, tokens in self.probes.long.items():
-            cross = sequence_kernel_groups(model, tokens, short, **kw)
-            for g, k in cross.items():
-                out[f"cross{length}/{g}"] = np.asarray(k)
-            out[f"cross{length}/{TOTAL}"] = np.sum([out[f"cross{length}/{g}"] for g in cross], 0)
-            out[f"diag{length}"] = np.diag(np.asarray(sequence_kernel(model, tokens, tokens, **kw)))
-            tail = tail_kernel(model, tokens, short, self.cfg.train.length, **kw)
-            out[f"tailcos{length}"] = np.asarray(tail["tail_cos"])
-            out[f"headcos{length}"] = np.asarray(tail["head_cos"])
+        for g, k in feature_kernels(short, short).items():
+            out[f"train/{g}"] = (k + k.T) / 2
+        out[f"train/{TOTAL}"] = total_kernel({g: out[f"train/{g}"] for g in GROUPS})
+        short_sq = np.diag(out[f"train/{TOTAL}"])
+        for length in self.probes.long:
+            long = self._long_features(model, length)
+            cross = long_cross(long, short, short_sq)
+            for g, k in cross.pop("groups").items():
+                out[f"cross{length}/{g}"] = k
+            out[f"cross{length}/{TOTAL}"] = cross["cross"]
+            out[f"diag{length}"] = cross["diag"]
+            out[f"tailcos{length}"] = cross["tail_cos"]
+            out[f"headcos{length}"] = cross["head_cos"]
         return out
 
     def measure(self, model: Transformer, step: int) -> list[dict]:
@@ -168,17 +229,7 @@ class NTKTracker:
         rows: list[dict] = []
 
         def add(metric: str, value: float, length: int = L, group: str = TOTAL) -> None:
-            rows.append(
-                {
-                    "step": step,
-                    "probe_length": length,
-                    "group": group,
-                    "metric": metric,
-                    "value": float(value),
-                    "method": "none",
-                    "factor": 1.0,
-                }
-            )
+            rows.append(_row(step, length, group, metric, value))
 
         groups = [key.split("/")[1] for key in k if key.startswith("train/")]
         prev = self.previous
@@ -224,16 +275,22 @@ class NTKTracker:
         """Position-resolved kernels on `ntk.position_probes` probes, averaged over probe pairs:
         K_train (L, L) over training positions, K_cross (L, L_long) against the longest probes,
         and the profile (L_long,): mean kernel of each long position with the training
-        positions. Saved as `ntk/position_kernels.npz` when `folder` is set."""
+        positions. Saved as `ntk/position_kernels.npz` when `folder` is set.
+
+        The mean over pairs of <grad f_i(a), grad f_j(b)> is <mean_a grad f_i(a), mean_b grad
+        f_j(b)>, so only probe-averaged per-position gradients are kept (L + L_long rows). They
+        come from the same compiled programs as the sequence kernels (one-hot masks on copies
+        of each probe), so the end of training compiles nothing new.
+        """
         n, L = self.cfg.ntk.position_probes, self.cfg.train.length
-        short = self.probes.short[:n]
-        kw: dict[str, Any] = {"output": self.output, "chunk_size": self.cfg.ntk.chunk_size * L}
-        K_train = np.asarray(position_kernel(model, short, short, **kw)).mean((0, 1))
-        arrays = {"K_train": K_train, "train_length": np.asarray(L)}
+        rows = 2 if self.cfg.ntk.pad_to_longest else 1  # the sequence kernels' program shape
+        short = self._mean_position_features(model, self.probes.short[:n], rows=rows)
+        K_train = total_kernel(feature_kernels(short, short))
+        arrays = {"K_train": (K_train + K_train.T) / 2, "train_length": np.asarray(L)}
         if self.probes.long:
             length = max(self.probes.long)
-            long = self.probes.long[length][:n]
-            K_cross = np.asarray(position_kernel(model, short, long, **kw)).mean((0, 1))
+            long = self._mean_position_features(model, self.probes.long[length][:n], rows=2)
+            K_cross = total_kernel(feature_kernels(short, long))
             arrays |= {
                 "K_cross": K_cross,
                 "profile": K_cross.mean(0),
@@ -245,60 +302,121 @@ class NTKTracker:
             atomic_write(path, lambda f: np.savez(f, **arrays))  # type: ignore[arg-type]
         return arrays
 
-    def shift_invariance(self, model: Transformer, step: int) -> list[dict]:
-        """Shift-invariance error of K_train with positions offset by L_train (one row)."""
-        L = self.cfg.train.length
-        short = self.probes.short
-        err = nm.shift_invariance_error(
-            model, short, short, L, output=self.output, chunk_size=self.cfg.ntk.chunk_size
+    def _mean_position_features(
+        self, model: Transformer, tokens: np.ndarray, rows: int
+    ) -> GradientFeatures:
+        """(1/n) sum_a grad f_i(x_a) for every position i of tokens (n, L): features (L, ...).
+
+        Each probe is copied once per block of `rows` positions, with one-hot masks, so the
+        gradient program has the shape (chunk, rows, L) of the sequence-kernel calls."""
+        n, length = tokens.shape
+        blocks = -(-length // rows)
+        eye = np.eye(blocks * rows, length, dtype=np.float32).reshape(blocks, rows, length)
+        copies = np.repeat(tokens, blocks, axis=0)  # probe-major: (n blocks, L)
+        masks = np.tile(eye, (n, 1, 1))
+        feats = self._features(model, copies, masks=masks)
+        leaves = tuple(
+            leaf.reshape(n, blocks * rows, -1)[:, :length].mean(0) for leaf in feats.leaves
         )
+        return GradientFeatures(leaves, feats.groups, length, 1)
+
+    def shift_invariance(self, model: Transformer, step: int) -> list[dict]:
+        """Shift-invariance error of K_train, total and per group, positions offset by L_train:
+        |K(x + L, x' + L) - K(x, x')|_F / |K(x, x')|_F (~0 when only relative positions enter)."""
+        L = self.cfg.train.length
+        if self.previous is not None and self.previous[0] == step:
+            base = {g: self.previous[1][f"train/{g}"] for g in (*GROUPS, TOTAL)}
+        else:
+            short = self._features(model, self.probes.short)
+            base = feature_kernels(short, short)
+            base[TOTAL] = total_kernel(base)
+        shifted_features = self._features(
+            model, self.probes.short, positions=np.arange(L, dtype=np.int32) + L
+        )
+        shifted = feature_kernels(shifted_features, shifted_features)
+        shifted[TOTAL] = total_kernel(shifted)
         return [
-            {
-                "step": step,
-                "probe_length": L,
-                "group": TOTAL,
-                "metric": "shift_invariance_error",
-                "value": float(err),
-                "method": "none",
-                "factor": 1.0,
-            }
+            _row(step, L, g, "shift_invariance_error", nm.relative_change(shifted[g], base[g]))
+            for g in (TOTAL, *GROUPS)
+            if np.linalg.norm(base[g]) > 0
         ]
 
     def under_scalings(self, model: Transformer, step: int) -> list[dict]:
-        """K_cross cosine metrics of a RoPE model under each eval scaling method and factor."""
+        """K_cross cosine and tail metrics of a RoPE model under each eval scaling method and
+        factor (the model's frequencies recomputed; dynamic scaling per probe length)."""
         if self.cfg.model.position.kind != "rope":
             return []
         rows: list[dict] = []
-        kw: dict[str, Any] = {"output": self.output, "chunk_size": self.cfg.ntk.chunk_size}
-        short, L = self.probes.short, self.cfg.train.length
+        L = self.cfg.train.length
         for method in self.cfg.eval.methods:
             params = self.cfg.eval.params_for(method)
             for factor in self.cfg.eval.factors:
                 base = with_scaling(model, method, factor, params, seq_len=L)
-                K_train = np.asarray(sequence_kernel(base, short, short, **kw))
-                for length, tokens in self.probes.long.items():
+                short = self._features(base, self.probes.short)
+                K_train = total_kernel(feature_kernels(short, short))
+                short_sq = np.diag(K_train)
+                for length in self.probes.long:
                     scaled = with_scaling(model, method, factor, params, seq_len=length)
-                    Kc = np.asarray(sequence_kernel(scaled, tokens, short, **kw))
-                    diag_long = np.diag(np.asarray(sequence_kernel(scaled, tokens, tokens, **kw)))
-                    ratio = nm.cross_train_ratio(Kc, K_train, diag_long)
-                    cos = nm.cosine(Kc, diag_long, np.diag(K_train))
+                    cross = long_cross(self._long_features(scaled, length), short, short_sq)
+                    ratio = nm.cross_train_ratio(cross["cross"], K_train, cross["diag"])
+                    cos = nm.cosine(cross["cross"], cross["diag"], short_sq)
                     for metric, value in (
                         ("k_cross_cos_mean", float(np.mean(cos))),
                         ("cross_train_cos_ratio", ratio["cos_offdiag_ratio"]),
                         ("cross_train_ratio", ratio["offdiag_ratio"]),
+                        ("tail_cos_mean", float(np.mean(cross["tail_cos"]))),
                     ):
-                        rows.append(
-                            {
-                                "step": step,
-                                "probe_length": length,
-                                "group": TOTAL,
-                                "metric": metric,
-                                "value": value,
-                                "method": method,
-                                "factor": float(factor),
-                            }
-                        )
+                        rows.append(_row(step, length, TOTAL, metric, value, method, factor))
         return rows
+
+
+def _row(
+    step: int,
+    length: int,
+    group: str,
+    metric: str,
+    value: float,
+    method: str = "none",
+    factor: float = 1.0,
+) -> dict:
+    """One long-format row of the `ntk` table."""
+    return {
+        "step": step,
+        "probe_length": length,
+        "group": group,
+        "metric": metric,
+        "value": float(value),
+        "method": method,
+        "factor": float(factor),
+    }
+
+
+def _cos(K: np.ndarray, sq1: np.ndarray, sq2: np.ndarray) -> np.ndarray:
+    denom = np.sqrt(np.outer(sq1, sq2))
+    return np.where(denom > 0, K / np.where(denom > 0, denom, 1), 0.0)
+
+
+def long_cross(
+    long: GradientFeatures, short: GradientFeatures, short_sq: np.ndarray
+) -> dict[str, Any]:
+    """Cross kernels of long probes (rows: whole output, tail) against short probes.
+
+    Returns "groups" (per-group K_cross, (N_long, N_short)), "cross" (their total), "diag"
+    (Theta(x, x) of each long probe, (N_long,)), and "tail_cos" / "head_cos": gradient cosines
+    of the outputs at unseen (>= L_train) / trained positions against each short probe.
+    """
+    groups = feature_kernels(long, short)
+    rows = total_kernel(groups).reshape(long.n, 2, -1)
+    sq = np.asarray(long.sqnorms())
+    head_sq = np.asarray(long.combine([[1.0, -1.0]]).sqnorms())[:, 0]
+    tail = rows[:, 1]
+    return {
+        "groups": {g: k.reshape(long.n, 2, -1)[:, 0] for g, k in groups.items()},
+        "cross": rows[:, 0],
+        "diag": sq[:, 0],
+        "tail_cos": _cos(tail, sq[:, 1], short_sq),
+        "head_cos": _cos(rows[:, 0] - tail, head_sq, short_sq),
+    }
 
 
 def tracking_hook(
@@ -319,7 +437,8 @@ def tracking_hook(
             return
         start = time.perf_counter()
         rows = tracker.measure(state.model, state.step)
-        rows += tracker.shift_invariance(state.model, state.step)
+        if state.step in (0, cfg.train.steps):
+            rows += tracker.shift_invariance(state.model, state.step)
         if state.step == cfg.train.steps:
             rows += tracker.under_scalings(state.model, state.step)
             tracker.position_kernels(state.model)

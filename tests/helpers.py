@@ -3,6 +3,7 @@
 from rope_lab.config import (
     EvalConfig,
     ModelConfig,
+    NTKConfig,
     PositionConfig,
     RopeConfig,
     TaskConfig,
@@ -47,4 +48,5 @@ def tiny_trial(
             methods=("linear", "dynamic"),
             factors=(2.0,),
         ),
+        ntk=NTKConfig(probe_multipliers=(2.0,)),
     )

@@ -169,6 +169,32 @@ def test_tail_plus_head_is_the_sequence_kernel():
         ntk.tail_kernel(model, T1, T2, L1)
 
 
+@pytest.mark.parametrize("out", ["u", "trace"])
+def test_gradient_features_match_bruteforce(out):
+    """Features of masked outputs, contracted, equal the brute-force Jacobian's kernels."""
+    model = tiny_model("rope")
+    J1, J2 = brute_jacobian("rope", 1, out), brute_jacobian("rope", 2, out)
+    masks1 = RNG.normal(size=(N1, 2, L1)).astype(np.float32)  # per-sequence masks
+    f1 = ntk.gradient_features(model, T1, masks=masks1, output=as_output(out), chunk_size=CHUNK)
+    f2 = ntk.gradient_features(model, T2, output=as_output(out))
+    assert (f1.n, f1.rows, f2.rows) == (N1, 2, 1)
+    groups = ntk.feature_kernels(f1, f2)
+    expected = np.einsum("nrl,nlcp,mcp->nrm", masks1, J1, J2.sum(1))
+    assert_close(ntk.total_kernel(groups).reshape(N1, 2, N2), expected, rtol=1e-4)
+    names = brute_groups(model)
+    for g in ntk.GROUPS:
+        sel = names == g
+        part = np.einsum("nrl,nlcp,mcp->nrm", masks1, J1[..., sel], J2.sum(1)[..., sel])
+        assert_close(groups[g].reshape(N1, 2, N2), part, rtol=1e-4)
+    head = f1.combine([[1.0, -1.0]])  # rows are linear in the masks
+    K_head = ntk.total_kernel(ntk.feature_kernels(head, f2))
+    assert_close(K_head, expected[:, 0] - expected[:, 1], rtol=1e-4)
+    sq = np.einsum("nrl,nlcp->nrcp", masks1, J1)
+    assert_close(f1.sqnorms(), np.einsum("nrcp,nrcp->nr", sq, sq), rtol=1e-4)
+    with pytest.raises(ValueError, match="masks"):
+        ntk.gradient_features(model, T1, masks=np.ones((2, L1 + 1)))
+
+
 def test_no_retrace_per_chunk():
     model = tiny_model("rope")
     before = ntk.TRACES["features"]

@@ -53,13 +53,43 @@ def test_tracker_rows_and_drift():
     )
 
 
-@pytest.mark.parametrize(("kind", "invariant"), [("alibi", True), ("learned", False)])
-def test_shift_invariance_row(kind, invariant):
-    cfg = _cfg(kind)
+RELATIVE = {"rope": True, "alibi": True, "none": True, "learned": False, "sinusoidal": False}
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [k if k in ("rope", "learned") else pytest.param(k, marks=pytest.mark.slow) for k in RELATIVE],
+)
+def test_shift_invariance_per_group_at_init_and_after_training(kind):
+    """Only relative positions enter RoPE, ALiBi and NoPE logits, so at depth 2 the kernel and
+    every group's part are unchanged by a shift of all positions, before and after training
+    (the seeds' exercise 6.5); absolute encodings are not."""
+    cfg = _cfg(kind, **{"model.depth": 2, "train.lr": 3e-2, "train.warmup_steps": 0})
     tracker = NTKTracker(cfg, make_task_from(cfg))
-    (row,) = tracker.shift_invariance(make_model(cfg), 0)
-    assert row["metric"] == "shift_invariance_error"
-    assert (row["value"] < 1e-3) == invariant, row["value"]
+    init = make_model(cfg)
+    from rope_lab.train import train
+
+    trained = train(cfg).model
+    moved = [float(np.max(np.abs(a - b))) for a, b in zip(*_leaves(init, trained), strict=True)]
+    assert max(moved) > 1e-3  # training changed the weights
+    for step, model in ((0, init), (4, trained)):
+        rows = tracker.shift_invariance(model, step)
+        errors = {r["group"]: r["value"] for r in rows}
+        assert {r["metric"] for r in rows} == {"shift_invariance_error"}
+        assert set(errors) >= {"total", "attention_qk", "attention_vo", "mlp", "head"}
+        if RELATIVE[kind]:
+            assert max(errors.values()) < 1e-4, errors
+        else:
+            assert errors["total"] > 1e-2, errors
+
+
+def _leaves(a, b):
+    import equinox as eqx
+    import jax
+
+    from rope_lab.model import trainable
+
+    return ([np.asarray(x) for x in jax.tree.leaves(eqx.filter(m, trainable(m)))] for m in (a, b))
 
 
 def test_rope_scalings_rows():
@@ -90,3 +120,22 @@ def test_train_stage_writes_ntk_table_and_resumes(tmp_path):
     with np.load(folder / "kernels_00000000.npz") as k0:
         np.testing.assert_array_equal(tracker.initial["train/total"], k0["train/total"])
     assert tracker.previous is not None and tracker.previous[0] == 4
+
+
+@pytest.mark.parametrize("kind", ["learned", "alibi"])
+def test_padding_probes_to_the_longest_changes_no_metric(kind):
+    """The model is causal: probes padded to the longest probe length (one compiled program)
+    give the same rows as probes run at their own lengths."""
+    cfg = _cfg(kind, **{"ntk.probe_multipliers": (2.0, 3.0)})
+    model = make_model(cfg)
+    rows = {}
+    for pad in (True, False):
+        c = replace(cfg, **{"ntk.pad_to_longest": pad})
+        tracker = NTKTracker(c, make_task_from(c))
+        out = tracker.measure(model, 0) + tracker.shift_invariance(model, 0)
+        rows[pad] = {(r["metric"], r["probe_length"], r["group"]): r["value"] for r in out}
+        position = tracker.position_kernels(model)
+        rows[pad] |= {("K_cross", 0, str(i)): v for i, v in enumerate(position["K_cross"].ravel())}
+    assert rows[True].keys() == rows[False].keys()
+    for key, value in rows[False].items():
+        assert rows[True][key] == pytest.approx(value, rel=2e-3, abs=1e-5), key
