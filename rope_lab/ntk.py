@@ -277,31 +277,32 @@ def _total(groups: dict[str, np.ndarray]) -> np.ndarray:
 class GradientFeatures:
     """Gradient features of N sequences x R output masks, computed once and contracted often.
 
-    `leaves[k]` is (N R, C p_k) for parameter leaf k (row n R + r: sequence n, mask r; C = V for
-    "trace", else 1), `groups[k]` its parameter group. Rows are linear in the masks, so
-    `combine` gives features of other masks (e.g. head = all - tail) without new gradients.
+    `leaves[k]` is a host float32 array (N R, C p_k) for parameter leaf k (row n R + r: sequence
+    n, mask r; C = V for "trace", else 1), `groups[k]` its parameter group. Rows are linear in
+    the masks, so `combine` gives features of other masks (e.g. head = all - tail) without new
+    gradients. Contractions are BLAS matmuls on the host: no per-shape XLA compilations.
     """
 
-    leaves: tuple[Array, ...]
+    leaves: tuple[np.ndarray, ...]
     groups: tuple[str, ...]
     n: int
     rows: int
 
     def combine(self, weights) -> GradientFeatures:
         """Features of new masks sum_r w_{r'r} m_r: weights (R', R) -> (N R', ...) features."""
-        w = jnp.asarray(weights, jnp.float32)
+        w = np.asarray(weights, np.float32)
         mixed = [
-            jnp.einsum("sr,nrp->nsp", w, leaf.reshape(self.n, self.rows, -1)).reshape(
+            np.einsum("sr,nrp->nsp", w, leaf.reshape(self.n, self.rows, -1)).reshape(
                 self.n * w.shape[0], -1
             )
             for leaf in self.leaves
         ]
         return GradientFeatures(tuple(mixed), self.groups, self.n, w.shape[0])
 
-    def sqnorms(self) -> Float[Array, "N R"]:
-        """Squared feature norms, i.e. the kernel's diagonal Theta(row, row)."""
-        total = sum(jnp.sum(leaf * leaf, axis=1) for leaf in self.leaves)
-        return jnp.asarray(total).reshape(self.n, self.rows)
+    def sqnorms(self) -> np.ndarray:
+        """Squared feature norms (N, R), i.e. the kernel's diagonal Theta(row, row)."""
+        total = sum(np.einsum("ij,ij->i", leaf, leaf) for leaf in self.leaves)
+        return np.asarray(total).reshape(self.n, self.rows)
 
 
 def gradient_features(
@@ -350,21 +351,17 @@ def gradient_features(
                 u,
             )
             keep = min(b, n - start) * m.shape[1]
-            parts.append([f[:keep] for f in feats])
-    leaves = tuple(
-        jnp.concatenate(column) if len(parts) > 1 else column[0]
-        for column in zip(*parts, strict=True)
-    )
+            parts.append([np.asarray(f)[:keep] for f in feats])
+    leaves = tuple(np.concatenate(column) for column in zip(*parts, strict=True))
     return GradientFeatures(leaves, _leaf_groups(params), n, m.shape[1])
 
 
 def feature_kernels(a: GradientFeatures, b: GradientFeatures) -> dict[str, np.ndarray]:
     """Per-group kernels (N1 R1, N2 R2) between two feature sets; the groups sum to the total."""
-    out = {g: np.zeros((a.n * a.rows, b.n * b.rows), np.float32) for g in GROUPS}
-    with jax.default_matmul_precision("highest"):
-        for group, x, y in zip(a.groups, a.leaves, b.leaves, strict=True):
-            out[group] += np.asarray(jnp.matmul(x, y.T, precision=jax.lax.Precision.HIGHEST))
-    return out
+    out = {g: np.zeros((a.n * a.rows, b.n * b.rows), np.float64) for g in GROUPS}
+    for group, x, y in zip(a.groups, a.leaves, b.leaves, strict=True):
+        out[group] += x @ y.T
+    return {g: k.astype(np.float32) for g, k in out.items()}
 
 
 def total_kernel(groups: dict[str, np.ndarray]) -> np.ndarray:

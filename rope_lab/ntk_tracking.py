@@ -343,21 +343,35 @@ class NTKTracker:
 
     def under_scalings(self, model: Transformer, step: int) -> list[dict]:
         """K_cross cosine and tail metrics of a RoPE model under each eval scaling method and
-        factor (the model's frequencies recomputed; dynamic scaling per probe length)."""
+        factor (the model's frequencies recomputed; dynamic scaling per probe length).
+
+        Gradient passes are shared between scalings that give the same frequencies (dynamic
+        scaling at L_train is the unscaled model for every factor)."""
         if self.cfg.model.position.kind != "rope":
             return []
         rows: list[dict] = []
         L = self.cfg.train.length
+        cache: dict[tuple, GradientFeatures] = {}
+
+        def features(scaled: Transformer, length: int) -> GradientFeatures:
+            rotary = scaled.position
+            key = (length, *(np.asarray(x).tobytes() for x in jax.tree.leaves(rotary)))
+            if key not in cache:
+                if length == L:
+                    cache[key] = self._features(scaled, self.probes.short)
+                else:
+                    cache[key] = self._long_features(scaled, length)
+            return cache[key]
+
         for method in self.cfg.eval.methods:
             params = self.cfg.eval.params_for(method)
             for factor in self.cfg.eval.factors:
-                base = with_scaling(model, method, factor, params, seq_len=L)
-                short = self._features(base, self.probes.short)
+                short = features(with_scaling(model, method, factor, params, seq_len=L), L)
                 K_train = total_kernel(feature_kernels(short, short))
                 short_sq = np.diag(K_train)
                 for length in self.probes.long:
                     scaled = with_scaling(model, method, factor, params, seq_len=length)
-                    cross = long_cross(self._long_features(scaled, length), short, short_sq)
+                    cross = long_cross(features(scaled, length), short, short_sq)
                     ratio = nm.cross_train_ratio(cross["cross"], K_train, cross["diag"])
                     cos = nm.cosine(cross["cross"], cross["diag"], short_sq)
                     for metric, value in (

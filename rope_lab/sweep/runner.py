@@ -120,6 +120,7 @@ class SweepSummary:
     statuses: dict[str, str]
     wall_time_s: float
     skipped: int
+    stages: dict[str, list[dict]] = field(default_factory=dict)
 
     def count(self, status: str) -> int:
         """Number of trials with this status."""
@@ -209,10 +210,10 @@ def run_sweep(
         else RayRunner(spec.resources, spec.max_retries, address)
     )
     states = {t.trial_id: TrialState(t) for t in todo}
-    handles: dict[Any, tuple[str, str]] = {}
+    handles: dict[Any, tuple[str, str, float]] = {}
 
     def submit(trial_id: str, stage: str, fn: Callable[..., dict], *args: Any) -> None:
-        handles[backend.submit(fn, *args)] = (trial_id, stage)
+        handles[backend.submit(fn, *args)] = (trial_id, stage, time.time())
         states[trial_id].pending.add(stage)
         bar.running = len(handles)
 
@@ -223,10 +224,14 @@ def run_sweep(
             if progress and bar.tty:
                 bar.show()
             handle, result = backend.wait(list(handles))
-            trial_id, stage = handles.pop(handle)
+            trial_id, stage, submitted = handles.pop(handle)
             state = states[trial_id]
             state.pending.discard(stage)
-            state.results.append({"stage": stage, **result})
+            # From submission to the stage's own start: scheduling, worker start, imports.
+            queued = result.get("started_at", submitted) - submitted
+            state.results.append(
+                {"stage": stage, "submitted_at": submitted, "queued_s": queued, **result}
+            )
             if stage == "train" and result.get("status") == "done":
                 for method, factor in scaling_stages(state.cfg):
                     submit(
@@ -257,4 +262,5 @@ def run_sweep(
         backend.shutdown()
         if progress:
             bar.close()
-    return SweepSummary(run_dir, statuses, time.perf_counter() - start, bar.skipped)
+    stages = {trial_id: state.results for trial_id, state in states.items()}
+    return SweepSummary(run_dir, statuses, time.perf_counter() - start, bar.skipped, stages)

@@ -8,7 +8,9 @@ result without work; rerunning an interrupted train stage resumes from its lates
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import time
 import traceback
 from pathlib import Path
@@ -19,6 +21,7 @@ import yaml
 from rope_lab.atomic import atomic_write_text
 from rope_lab.config import TrialConfig, from_dict, to_dict
 from rope_lab.results import TrialLease, append_rows, trial_dir
+from rope_lab.timing import Phases
 
 STAGES_DIR = "stages"
 TRAIN_STAGE = "train"
@@ -42,8 +45,11 @@ def read_done(path: Path) -> dict | None:
 
 
 def _setup_jax(run_dir: str | Path) -> None:
+    """Persistent compilation cache in the run directory (off with ROPE_LAB_COMPILE_CACHE=0)."""
     import jax
 
+    if os.environ.get("ROPE_LAB_COMPILE_CACHE", "1") == "0":
+        return
     cache = Path(run_dir) / ".jax_cache"
     cache.mkdir(parents=True, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", str(cache))
@@ -92,22 +98,25 @@ def run_train_stage(config: dict[str, Any], run_dir: str) -> dict:
 
 
 def _train(cfg: TrialConfig, run_dir: Path) -> dict:
-    from rope_lab.checkpoint import TrialCheckpointer, save_model
-    from rope_lab.evaluate import evaluate_model, scalings_for
-    from rope_lab.model import count_params
-    from rope_lab.train import Hook, StepState, init_state, make_task_from, train
+    phases = Phases()
+    with phases.phase("setup"):
+        from rope_lab.checkpoint import TrialCheckpointer, save_model
+        from rope_lab.evaluate import evaluate_model, scalings_for
+        from rope_lab.model import count_params
+        from rope_lab.train import Hook, StepState, init_state, make_task_from, train
 
-    folder = trial_dir(run_dir, cfg.trial_id)
-    folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(folder / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
-    every = cfg.train.checkpoint_every or cfg.train.steps
-    model, opt_state = init_state(cfg)
-    task = make_task_from(cfg)
+        folder = trial_dir(run_dir, cfg.trial_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(folder / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        every = cfg.train.checkpoint_every or cfg.train.steps
+        model, opt_state = init_state(cfg)
+        task = make_task_from(cfg)
     written = {"step": 0}
     with TrialCheckpointer(folder / "checkpoints", every=every) as ckpt:
-        start = ckpt.latest_step() or 0
-        if start:
-            model, opt_state, start, _ = ckpt.restore(model, opt_state)
+        with phases.phase("io"):
+            start = ckpt.latest_step() or 0
+            if start:
+                model, opt_state, start, _ = ckpt.restore(model, opt_state)
         written["step"] = start
 
         def flush(history: list[dict], upto: int) -> None:
@@ -119,10 +128,11 @@ def _train(cfg: TrialConfig, run_dir: Path) -> dict:
         def checkpoint(state: StepState) -> None:
             # Rows first: a kill between the two recomputes them (same segment name), whereas
             # a checkpoint saved before its rows would lose them on resume.
-            flush(state.history, state.step)
-            ckpt.save(
-                state.step, state.model, state.opt_state, {"data_step": state.step}, force=True
-            )
+            with phases.phase("io"):
+                flush(state.history, state.step)
+                ckpt.save(
+                    state.step, state.model, state.opt_state, {"data_step": state.step}, force=True
+                )
 
         hooks = [Hook(every=every, fn=checkpoint)]
         tracker = None
@@ -132,10 +142,13 @@ def _train(cfg: TrialConfig, run_dir: Path) -> dict:
             def sink(step: int, rows: list[dict]) -> None:
                 append_rows(folder, "ntk", rows, segment=f"ntk_{step:08d}")
 
-            hook, tracker = tracking_hook(cfg, task, sink, folder=folder, done_steps=start)
-            hooks.insert(0, hook)
-        result = train(cfg, model=model, opt_state=opt_state, start_step=start, hooks=hooks)
-        flush(result.history, result.steps_done)
+            with phases.phase("ntk"):
+                hook, tracker = tracking_hook(cfg, task, sink, folder=folder, done_steps=start)
+            hooks.insert(0, dataclasses.replace(hook, fn=_timed(phases, "ntk", hook.fn)))
+        with phases.phase("train"):
+            result = train(cfg, model=model, opt_state=opt_state, start_step=start, hooks=hooks)
+        with phases.phase("io"):
+            flush(result.history, result.steps_done)
     out = {
         "status": "diverged" if result.diverged else "done",
         "n_params": count_params(result.model),
@@ -145,18 +158,24 @@ def _train(cfg: TrialConfig, run_dir: Path) -> dict:
         "ntk_time_s": 0.0 if tracker is None else tracker.seconds,
         "train_time_s": result.wall_time_s,
     }
-    if result.diverged:
-        return out
-    save_model(folder / MODEL_FILE, result.model)
-    rows = evaluate_model(
-        result.model,
-        task,
-        cfg,
-        step=result.steps_done,
-        scalings=scalings_for(cfg)[:1],
-    )
-    append_rows(folder, "eval", rows, segment="eval_base")
-    return out
+    if not result.diverged:
+        with phases.phase("io"):
+            save_model(folder / MODEL_FILE, result.model)
+        with phases.phase("eval"):
+            rows = evaluate_model(
+                result.model, task, cfg, step=result.steps_done, scalings=scalings_for(cfg)[:1]
+            )
+        with phases.phase("io"):
+            append_rows(folder, "eval", rows, segment="eval_base")
+    return out | {"phases": phases.as_dict()}
+
+
+def _timed(phases: Phases, name: str, fn):
+    def run(state):
+        with phases.phase(name):
+            fn(state)
+
+    return run
 
 
 def run_scaling_stage(config: dict[str, Any], run_dir: str, method: str, factor: float) -> dict:
@@ -174,15 +193,20 @@ def _scale(cfg: TrialConfig, run_dir: Path, method: str, factor: float, stage: s
     from rope_lab.evaluate import eval_scaling, evaluate_model, finetune_and_evaluate
     from rope_lab.train import make_model, make_task_from
 
+    phases = Phases()
     folder = trial_dir(run_dir, cfg.trial_id)
-    model = load_model(folder / MODEL_FILE, make_model(cfg))
+    with phases.phase("io"):
+        model = load_model(folder / MODEL_FILE, make_model(cfg))
     task = make_task_from(cfg)
     scaling = eval_scaling(cfg, method, factor)
     step = cfg.train.steps
-    rows = evaluate_model(model, task, cfg, step=step, scalings=[scaling])
-    rows += finetune_and_evaluate(model, task, cfg, step=step, scalings=[scaling])
-    append_rows(folder, "eval", rows, segment=f"eval_{stage}")
-    return {"status": "done"}
+    with phases.phase("eval"):
+        rows = evaluate_model(model, task, cfg, step=step, scalings=[scaling])
+    with phases.phase("finetune"):
+        rows += finetune_and_evaluate(model, task, cfg, step=step, scalings=[scaling])
+    with phases.phase("io"):
+        append_rows(folder, "eval", rows, segment=f"eval_{stage}")
+    return {"status": "done", "phases": phases.as_dict()}
 
 
 def scaling_stages(cfg: TrialConfig) -> list[tuple[str, float]]:

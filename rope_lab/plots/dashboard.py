@@ -1,0 +1,253 @@
+"""``summary``: one page for a whole sweep, from the panels of the other plot kinds (accuracy
+and loss vs length, loss by position, longest length kept, loss vs width, training loss, and
+the NTK drift and cross-kernel panels when ntk rows exist)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import seaborn as sns
+from matplotlib import ticker
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.gridspec import GridSpec
+
+from rope_lab import query as q
+from rope_lab.plots.axes import lineplot, log2_axis, mark_train_length, plain_log
+from rope_lab.plots.eval_curves import bucket_frame, draw_extrapolation, draw_positions
+from rope_lab.plots.frames import eval_frame, finite_rows, n_seeds
+from rope_lab.plots.labels import constant_note, format_value, name_of, spread_note, subtitle
+from rope_lab.plots.layout import finish
+from rope_lab.plots.ntk import cross_rows, draw_drift_end
+from rope_lab.plots.scaling_laws import draw_scaling, scaling_data
+from rope_lab.plots.style import DASHES, figure_legend, hue_mapping, styled
+from rope_lab.query import QueryError
+
+
+@styled
+def summary(source: q.Source, *, threshold: float = 0.9, out: str | Path | None = None) -> Figure:
+    """One page for a whole sweep: accuracy and loss vs length and loss by position (widest
+    model), how far each curve keeps ``threshold`` x its L_train accuracy, loss vs width, the
+    training loss curves, and the NTK drift and cross-kernel panels when ntk rows exist."""
+    res = source if isinstance(source, q.Results) else q.results_of(source)
+    evals = eval_frame(res)
+    buckets = eval_frame(res, whole_sequence=False)
+    ntk = q.ntk_table(res)
+    has_ntk = not ntk.is_empty()
+    fig = Figure(figsize=(19, 10.5 if not has_ntk else 14.5), layout="constrained")
+    gs = GridSpec(3 if has_ntk else 2, 3, figure=fig)
+    widths = (
+        sorted(evals.get_column("model.width").unique().drop_nulls().to_list())
+        if ("model.width" in evals.columns)
+        else []
+    )
+    widest = evals.filter(pl.col("model.width") == widths[-1]) if widths else evals
+    wtitle = f" (width {widths[-1]})" if widths else ""
+    order, palette = hue_mapping(evals.get_column("label").to_list(), "label")
+
+    ax = fig.add_subplot(gs[0, 0])
+    draw_extrapolation(
+        ax, widest, metric="accuracy", x="length", hue="label", order=order, palette=palette
+    )
+    ax.set(title=f"accuracy vs length{wtitle}", xlabel=name_of("length"), ylabel="accuracy")
+
+    ax = fig.add_subplot(gs[0, 1])
+    draw_extrapolation(
+        ax, widest, metric="loss", x="length", hue="label", order=order, palette=palette
+    )
+    ax.set(title=f"loss vs length{wtitle}", xlabel=name_of("length"), ylabel=name_of("loss"))
+
+    ax = fig.add_subplot(gs[0, 2])
+    summ = q.extrapolation_summary(evals, threshold=threshold)
+    _draw_longest(ax, summ, order, palette, threshold)
+
+    ax = fig.add_subplot(gs[1, 0])
+    pos = bucket_frame(buckets, "loss", "longest")
+    pos_w = finite_rows(pos.filter(pl.col("model.width") == widths[-1]) if widths else pos, "loss")
+    if not pos_w.is_empty():
+        draw_positions(ax, pos_w, metric="loss", hue="label", order=order, palette=palette)
+    ax.set(
+        title=f"loss by position at the longest length{wtitle}",
+        xlabel="position (bucket centre, tokens)",
+        ylabel=name_of("loss"),
+    )
+
+    ax = fig.add_subplot(gs[1, 1])
+    if len(widths) >= 1 and "model.position.kind" in evals.columns:
+        rows, where = scaling_data(res, "loss")
+        rows = rows.rename({"loss": "_y"})
+        k_order, k_pal = hue_mapping(rows.get_column("model.position.kind").to_list(), "kind")
+        draw_scaling(
+            ax,
+            rows,
+            x="model.width",
+            hue="model.position.kind",
+            order=k_order,
+            palette=k_pal,
+            offset=False,
+            n_boot=200,
+        )
+        ax.set(
+            title=f"loss {where} vs width", xlabel=name_of("model.width"), ylabel=name_of("loss")
+        )
+
+    ax = fig.add_subplot(gs[1, 2])
+    train = res.with_config("train").collect()
+    if not train.is_empty():
+        train = train.with_columns(
+            q.label_expr(train.columns, as_trained="none")
+            if "method" in train.columns
+            else pl.col("model.position.kind").alias("label")
+        )
+        t_order, t_pal = hue_mapping(train.get_column("label").to_list(), "label")
+        style = "model.width" if len(widths) > 1 else None
+        lineplot(
+            ax,
+            train,
+            "step",
+            "loss",
+            "label",
+            t_order,
+            t_pal,
+            style=style,
+            style_order=widths if style else None,
+            marker=None,
+        )
+        plain_log(ax, "y")
+        ax.set(
+            title="training loss" + (" (dash = width)" if style else ""),
+            xlabel="training step",
+            ylabel=name_of("loss"),
+        )
+        for i, w in enumerate(widths if style else []):
+            dash = DASHES[i % len(DASHES)]
+            (line,) = ax.plot([], [], color="0.3", label=f"width {w}")
+            if dash:
+                line.set_dashes(dash)
+        if style:
+            ax.legend(fontsize=8, loc="upper right")
+
+    if has_ntk:
+        _ntk_dashboard_row(fig, gs, ntk)
+    seeds = n_seeds(evals, ["length", "label", "model.width"])
+    fig.suptitle(
+        f"Sweep summary: {', '.join(str(p) for p in res.run_dirs)}\n"
+        + subtitle(
+            f"{evals.get_column('trial_id').n_unique()} trials",
+            constant_note(evals, ["task.name", "train.length"]),
+            spread_note(seeds),
+        ),
+        fontsize=12,
+    )
+    figure_legend(fig, order, palette, name_of("label"))
+    return finish(fig, out)
+
+
+def _draw_longest(
+    ax: Axes,
+    summ: pl.DataFrame,
+    order: Sequence[Any],
+    palette: Mapping[Any, Any],
+    threshold: float,
+) -> None:
+    """Horizontal bars: longest length keeping the threshold, per label (and width)."""
+    data = summ.filter(pl.col("longest_ratio").is_not_null())
+    if data.is_empty():
+        ax.text(0.5, 0.5, "no summary (no L_train rows)", ha="center", transform=ax.transAxes)
+        return
+    hue = (
+        "model.width"
+        if "model.width" in data.columns and q.varying_columns(data, ["model.width"])
+        else None
+    )
+    pdf = data.select("label", "longest_ratio", *([hue] if hue else [])).to_pandas()
+    present = [v for v in order if v in set(pdf["label"])]
+    kw: dict[str, Any] = {}
+    if hue:
+        w_order, w_pal = hue_mapping(pdf[hue].tolist(), hue)
+        kw = {"hue": hue, "hue_order": w_order, "palette": w_pal}
+    else:
+        kw = {"hue": "label", "hue_order": present, "palette": palette, "legend": False}
+    sns.barplot(
+        data=pdf,
+        y="label",
+        x="longest_ratio",
+        order=present,
+        errorbar=("se", 1),
+        ax=ax,
+        orient="h",
+        **kw,
+    )
+    ax.set_xscale("log", base=2)
+    ratios = sorted(set(pdf["longest_ratio"]))
+    ax.xaxis.set_major_locator(ticker.FixedLocator(ratios))
+    ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}×"))
+    ax.xaxis.set_minor_locator(ticker.NullLocator())
+    ax.set_xlim(min(ratios) / 1.5, max(ratios) * 1.3)
+    ax.set(
+        title=f"longest length keeping ≥ {threshold:.0%} of L_train accuracy",
+        xlabel="longest length / L_train",
+        ylabel="",
+    )
+    legend = ax.get_legend()
+    if hue and legend is not None:
+        legend.set_title("width")
+
+
+def _ntk_dashboard_row(fig: Figure, gs: GridSpec, ntk: pl.DataFrame) -> None:
+    """Third row: NTK drift vs step, end-of-training drift vs width, cross / train cosine."""
+    metrics = set(ntk.get_column("metric").unique().to_list())
+    ax = fig.add_subplot(gs[2, 0])
+    if "distance_from_init" in metrics:
+        rows = q.ntk_final(ntk, "distance_from_init", step="all").filter(pl.col("step") > 0)
+        order, palette = hue_mapping(rows.get_column("model.width").to_list(), "model.width")
+        kinds = sorted(rows.get_column("model.position.kind").unique().to_list())
+        lineplot(
+            ax,
+            rows,
+            "step",
+            "value",
+            "model.width",
+            order,
+            palette,
+            style="model.position.kind" if len(kinds) > 1 else None,
+            style_order=kinds,
+            marker=None,
+        )
+        plain_log(ax, "x")
+        for w in order:
+            ax.plot([], [], color=palette[w], label=f"width {format_value(w)}")
+        ax.legend(fontsize=8, loc="best")
+        ax.set(
+            title="NTK distance from init (dash = PE kind)",
+            xlabel="training step",
+            ylabel=name_of("distance_from_init"),
+        )
+        ax = fig.add_subplot(gs[2, 1])
+        final = q.ntk_final(ntk, "distance_from_init")
+        draw_drift_end(ax, final, x="model.width", by="model.position.kind", n_boot=200)
+        ax.set(
+            title="end-of-training drift vs width",
+            xlabel=name_of("model.width"),
+            ylabel=name_of("distance_from_init"),
+        )
+    ax = fig.add_subplot(gs[2, 2])
+    try:
+        rows = cross_rows(ntk, "cross_train_cos_ratio", "total")
+    except QueryError:
+        ax.text(0.5, 0.5, "no cross-kernel rows", ha="center", transform=ax.transAxes)
+        return
+    order, palette = hue_mapping(rows.get_column("label").to_list(), "label")
+    lineplot(ax, rows, "probe_length", "value", "label", order, palette)
+    log2_axis(ax, rows.get_column("probe_length").to_list())
+    if "train.length" in rows.columns:
+        mark_train_length(ax, rows.get_column("train.length").unique().to_list())
+    ax.axhline(1.0, color="0.5", linestyle=":", linewidth=1)
+    ax.set(
+        title="cross / train kernel cosine (end of training)",
+        xlabel=name_of("probe_length"),
+        ylabel=name_of("cross_train_cos_ratio"),
+    )

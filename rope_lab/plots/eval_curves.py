@@ -1,0 +1,188 @@
+"""Eval metrics as curves: ``extrapolation`` (metric vs evaluation length) and ``positions``
+(metric vs position within the sequence at one length), one line per PE kind / RoPE scaling,
+faceted by width, L_train, task."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import polars as pl
+from matplotlib import ticker
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from rope_lab import query as q
+from rope_lab.plots.axes import lineplot, log2_axis, mark_train_length, unit_ylim
+from rope_lab.plots.frames import (
+    COL_AUTO,
+    ROW_AUTO,
+    Source,
+    auto_facet,
+    eval_frame,
+    finite_rows,
+    n_seeds,
+    warn_if_mixed,
+)
+from rope_lab.plots.labels import constant_note, name_of, spread_note, subtitle
+from rope_lab.plots.layout import facets, finish, outer_labels
+from rope_lab.plots.style import figure_legend, hue_mapping, styled
+from rope_lab.query import QueryError
+
+LENGTH_AXES: Final = frozenset({"length", "length_ratio", "probe_length"})
+
+
+def draw_extrapolation(
+    ax: Axes,
+    sub: pl.DataFrame,
+    *,
+    metric: str,
+    x: str,
+    hue: str,
+    order: Sequence[Any],
+    palette: Mapping[Any, Any],
+) -> None:
+    """One extrapolation panel: ``metric`` vs ``x`` per ``hue`` level, log2 length axis, L_train
+    marked."""
+    lineplot(ax, sub, x, metric, hue, order, palette)
+    if x in LENGTH_AXES:
+        log2_axis(ax, sub.get_column(x).to_list())
+    if x == "length" and "train.length" in sub.columns:
+        mark_train_length(ax, sub.get_column("train.length").unique().to_list())
+    elif x == "length_ratio":
+        mark_train_length(ax, [1.0])
+    unit_ylim(ax, metric)
+
+
+@styled
+def extrapolation(
+    source: Source,
+    *,
+    metric: str = "accuracy",
+    x: str = "length",
+    hue: str = "label",
+    col: str | None = "auto",
+    row: str | None = "auto",
+    out: str | Path | None = None,
+) -> Figure:
+    """``metric`` vs evaluation length, one line per PE kind / RoPE scaling (``label``).
+
+    Facets: ``col``/``row`` columns ("auto": width as columns, L_train / task /
+    parametrization / depth as rows when they vary; None: no facet). ``x="length_ratio"``
+    puts L_train at 1.
+    """
+    frame = eval_frame(source)
+    col = auto_facet(frame, col, COL_AUTO)
+    row = auto_facet(frame, row, ROW_AUTO)
+    q.check_columns(frame, [x, metric, hue, *(c for c in (col, row) if c)], "the plot")
+    frame = finite_rows(frame, metric)
+    if frame.is_empty():
+        raise QueryError(f"no finite {metric!r} values to plot")
+    warn_if_mixed(frame, [x, hue, col, row])
+    order, palette = hue_mapping(frame.get_column(hue).to_list(), hue)
+    fig, items = facets(frame, col, row)
+    for ax, sub, title in items:
+        draw_extrapolation(ax, sub, metric=metric, x=x, hue=hue, order=order, palette=palette)
+        ax.set_title(title)
+    outer_labels([ax for ax, _, _ in items], name_of(x), name_of(metric))
+    seeds = n_seeds(frame, [x, hue, col, row])
+    fig.suptitle(
+        f"Length extrapolation: {name_of(metric)} vs {name_of(x)}\n"
+        + subtitle(constant_note(frame, ["task.name", "train.length"]), spread_note(seeds)),
+        fontsize=11,
+    )
+    figure_legend(fig, order, palette, name_of(hue))
+    return finish(fig, out)
+
+
+def bucket_frame(frame: pl.DataFrame, metric: str, length: int | str) -> pl.DataFrame:
+    """Per-position-bucket rows at ``length`` (or each trial's longest) with a ``position``
+    column: the centre of the bucket."""
+    rows = frame.filter(pl.col("position_bucket").is_not_null())
+    if rows.is_empty():
+        raise QueryError("no per-position rows (eval.position_buckets was 0)")
+    if length == "longest":
+        rows = rows.filter(pl.col("length") == pl.col("length").max().over("trial_id"))
+    else:
+        rows = rows.filter(pl.col("length") == int(length))
+        if rows.is_empty():
+            have = sorted(frame.get_column("length").unique().to_list())
+            raise QueryError(f"no rows at length {length}; lengths: {have}")
+    keys = ["trial_id", "method", "factor", "finetune_steps", "length"]
+    rows = rows.sort([*keys, "position_bucket"], nulls_last=True)
+    end = pl.col("position_bucket").shift(-1).over(keys).fill_null(pl.col("length"))
+    return rows.with_columns(((pl.col("position_bucket") + end) / 2).alias("position"))
+
+
+def draw_positions(
+    ax: Axes,
+    sub: pl.DataFrame,
+    *,
+    metric: str,
+    hue: str,
+    order: Sequence[Any],
+    palette: Mapping[Any, Any],
+) -> None:
+    """One positions panel: ``metric`` vs bucket centre per ``hue`` level, positions beyond
+    L_train shaded."""
+    lineplot(ax, sub, "position", metric, hue, order, palette)
+    lengths = sub.get_column("length").unique().drop_nulls().to_list()
+    top = max(lengths) if lengths else None
+    if "train.length" in sub.columns:
+        trains = sub.get_column("train.length").unique().drop_nulls().to_list()
+        mark_train_length(ax, trains)
+        if trains and top and top > min(trains):
+            ax.axvspan(min(trains), top, color="0.5", alpha=0.07, zorder=0, linewidth=0)
+    if top:
+        ax.set_xlim(0, top)
+        ax.xaxis.set_major_locator(ticker.MaxNLocator(nbins=6, integer=True))
+    unit_ylim(ax, metric)
+
+
+@styled
+def positions(
+    source: Source,
+    *,
+    metric: str = "loss",
+    length: int | str = "longest",
+    hue: str = "label",
+    col: str | None = "auto",
+    row: str | None = "auto",
+    out: str | Path | None = None,
+) -> Figure:
+    """``metric`` vs position within the sequence (bucket centres) at the longest evaluated
+    length (or ``length``), one line per PE kind / RoPE scaling, ALiBi-paper style; the shaded
+    region lies beyond L_train. Buckets without scored targets are left out."""
+    frame = eval_frame(source, whole_sequence=False)
+    col = auto_facet(frame, col, COL_AUTO)
+    row = auto_facet(frame, row, ROW_AUTO)
+    q.check_columns(frame, [metric, hue, *(c for c in (col, row) if c)], "the plot")
+    rows = bucket_frame(frame, metric, length)
+    total = rows.height
+    rows = finite_rows(rows, metric)
+    if rows.is_empty():
+        raise QueryError(f"no finite per-position {metric!r} values to plot")
+    warn_if_mixed(rows, ["position", hue, col, row])
+    order, palette = hue_mapping(rows.get_column(hue).to_list(), hue)
+    fig, items = facets(rows, col, row, sharex=False)
+    for ax, sub, title in items:
+        draw_positions(ax, sub, metric=metric, hue=hue, order=order, palette=palette)
+        ax.set_title(title)
+    outer_labels(
+        [ax for ax, _, _ in items], "position in sequence (bucket centre, tokens)", name_of(metric)
+    )
+    lengths = sorted(rows.get_column("length").unique().to_list())
+    dropped = total - rows.height
+    note = f"{dropped} of {total} buckets have no scored targets" if dropped else ""
+    fig.suptitle(
+        f"{name_of(metric).capitalize()} by position at length {', '.join(map(str, lengths))}\n"
+        + subtitle(
+            constant_note(rows, ["task.name"]),
+            spread_note(n_seeds(rows, [hue, col, row])),
+            note,
+        ),
+        fontsize=11,
+    )
+    figure_legend(fig, order, palette, name_of(hue))
+    return finish(fig, out)

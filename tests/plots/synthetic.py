@@ -1,0 +1,126 @@
+"""A small synthetic, schema-correct results store (4 PE kinds x 2 widths x 2 seeds, RoPE
+scalings, ntk rows), and checks on the figures drawn from it."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from rope_lab.results import append_rows, mark_success, trial_dir, write_trial_row
+
+KINDS = ("rope", "alibi", "learned", "none")
+WIDTHS = (32, 64)
+SEEDS = (0, 1)
+L_TRAIN = 32
+LENGTHS = (16, 32, 64, 128)
+SCALINGS = (("linear", 2.0), ("linear", 4.0), ("yarn", 2.0), ("yarn", 4.0))
+NTK_STEPS = (0, 10, 100, 1000)
+PROBES = (32, 64, 128)
+N_BUCKETS = 4
+# Labels drawn for every width: 4 PE kinds + 4 RoPE scalings.
+N_LABELS = len(KINDS) + len(SCALINGS)
+
+
+def _accuracy(kind: str, method: str, factor: float, length: int, width: int, seed: int) -> float:
+    """Synthetic accuracy: flat up to L_train, then a PE- and scaling-dependent decay."""
+    base = 0.9 + 0.04 * (width == 64) + 0.01 * seed
+    over = max(0.0, math.log2(length / L_TRAIN))
+    decay = {"rope": 0.25, "alibi": 0.03, "learned": 0.4, "none": 0.1}[kind]
+    if method in ("linear", "yarn"):
+        decay = 0.2 / factor if method == "linear" else 0.1 / factor
+    return max(0.05, base - decay * over)
+
+
+def make_store(root: Path) -> Path:
+    """A fake run directory: 4 PE kinds x 2 widths x 2 seeds, RoPE scalings, ntk rows."""
+    run = root / "synthetic"
+    for kind, width, seed in itertools.product(KINDS, WIDTHS, SEEDS):
+        tid = f"passkey-{kind}-w{width}-s{seed}"
+        d = trial_dir(run, tid)
+        config = {
+            "model.width": width,
+            "model.depth": 2,
+            "model.position.kind": kind,
+            "model.position.rope.scaling": "default",
+            "model.position.rope.factor": 1.0,
+            "model.parametrization": "sp",
+            "task.name": "passkey",
+            "train.length": L_TRAIN,
+            "train.seed": seed,
+            "eval.length_multipliers": [0.5, 1.0, 2.0, 4.0],
+        }
+        write_trial_row(
+            d,
+            {"status": "done", "sweep": "synthetic", "n_params": 25 * width * width},
+            config,
+        )
+        append_rows(
+            d,
+            "train",
+            [
+                {"step": s, "loss": 3.0 * (1 + s) ** -0.5 * (32 / width) ** 0.3}
+                for s in (10, 50, 100, 200)
+            ],
+            segment="train_0",
+        )
+        stages = [("none" if kind != "rope" else "default", 1.0)]
+        if kind == "rope":
+            stages += list(SCALINGS)
+        for method, factor in stages:
+            rows = []
+            for length in LENGTHS:
+                acc = _accuracy(kind, method, factor, length, width, seed)
+                loss = -math.log(acc) + 0.05
+                common = {"step": 200, "method": method, "factor": factor, "finetune_steps": 0}
+                rows.append(
+                    {**common, "length": length, "loss": loss, "accuracy": acc,
+                     "perplexity": math.exp(loss), "exact_match": acc**2}
+                )  # fmt: skip
+                for b in range(N_BUCKETS):
+                    start = b * length // N_BUCKETS
+                    # first bucket has no scored targets (NaN), like the passkey task
+                    bl = math.nan if b == 0 else loss * (1 + 0.3 * max(0, start - L_TRAIN) / length)
+                    rows.append(
+                        {**common, "length": length, "loss": bl, "accuracy": acc,
+                         "perplexity": math.exp(bl), "position_bucket": start}
+                    )  # fmt: skip
+            append_rows(d, "eval", rows, segment=f"eval_{method}_x{factor:g}")
+        ntk = []
+        for step, probe, group in itertools.product(NTK_STEPS, PROBES, ("total", "mlp")):
+            for method, factor in [("none", 1.0)] + ([("yarn", 4.0)] if kind == "rope" else []):
+                common = {"step": step, "probe_length": probe, "group": group,
+                          "method": method, "factor": factor}  # fmt: skip
+                if probe == L_TRAIN and method == "none":
+                    drift = 2.0 * width**-0.5 * math.log1p(step) * (1 + 0.02 * seed)
+                    ntk += [
+                        {**common, "metric": "distance_from_init", "value": drift},
+                        {**common, "metric": "velocity", "value": drift / (1 + step)},
+                        {**common, "metric": "relative_change", "value": drift / 3},
+                    ]
+                if probe == L_TRAIN:
+                    ntk.append({**common, "metric": "k_train_cos_mean", "value": 0.8})
+                if probe > L_TRAIN:
+                    cos = 0.8 * (L_TRAIN / probe) ** (0.2 if method == "none" else 0.05)
+                    ntk.append({**common, "metric": "k_cross_cos_mean", "value": cos})
+        append_rows(d, "ntk", ntk, segment="ntk")
+        mark_success(d)
+    return run
+
+
+def png_ok(path: Path) -> None:
+    """A PNG file of a real figure (not an empty canvas)."""
+    assert path.is_file() and path.stat().st_size > 5000
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def data_axes(fig: Figure) -> list:
+    """The visible panels of ``fig``, colour bars left out."""
+    return [ax for ax in fig.axes if ax.get_visible() and ax.get_label() != "<colorbar>"]
+
+
+def dashed_vlines(ax) -> list:
+    """The dashed vertical lines of a panel (the L_train markers)."""
+    return [ln for ln in ax.lines if ln.get_linestyle() == "--" and len(set(ln.get_xdata())) == 1]
