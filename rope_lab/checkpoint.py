@@ -25,6 +25,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from rope_lab.atomic import atomic_write
+from rope_lab.parallel import to_default_device
 
 __all__ = ["TrialCheckpointer", "load_model", "save_model"]
 
@@ -244,6 +245,9 @@ def save_model(path: str | Path, model: Any) -> Path:
 
 
 def load_model(path: str | Path, model_like: T) -> T:
-    """Read a model written by :func:`save_model` into the structure of ``model_like``."""
+    """Read a model written by :func:`save_model` into the structure of ``model_like``.
+
+    Arrays land on the first device, as `rope_lab.train.train` returns them, so a function
+    compiled for the trained model (and cached on disk) is reused, not recompiled."""
     with open(path, "rb") as f:
-        return eqx.tree_deserialise_leaves(f, model_like)
+        return to_default_device(eqx.tree_deserialise_leaves(f, model_like))

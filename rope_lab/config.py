@@ -118,7 +118,11 @@ class TaskConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """AdamW with linear warmup and cosine decay; `length` is L_train."""
+    """AdamW with linear warmup and cosine decay; `length` is L_train.
+
+    `devices`: train data-parallel over this many local devices (None: all of them); the batch
+    is split over them, so `batch_size` must be a multiple of the device count.
+    """
 
     length: int = 64
     batch_size: int = 32
@@ -135,6 +139,7 @@ class TrainConfig:
     log_every: int = 10
     checkpoint_every: int = 0
     eval_every: int = 0
+    devices: int | None = None
 
 
 @dataclass(frozen=True)
@@ -293,10 +298,19 @@ def _params_to_plain(value: Any) -> Any:
     return value
 
 
+# How a trial runs, not what it computes: left out of trial ids, so a finished trial is found
+# again when rerun on another device count or with another NTK chunking.
+EXECUTION_FIELDS = ("train.devices", "ntk.chunk_size", "ntk.pad_to_longest")
+
+
 def config_hash(cfg: Any, n: int = 10) -> str:
-    """Stable hex digest of a config's canonical JSON (`name` excluded)."""
+    """Stable hex digest of a config's canonical JSON (`name` and EXECUTION_FIELDS excluded)."""
     data = to_dict(cfg)
     data.pop("name", None)
+    for dotted in EXECUTION_FIELDS:
+        section, _, key = dotted.partition(".")
+        if isinstance(data.get(section), dict):
+            data[section].pop(key, None)
     blob = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:n]
 
@@ -393,6 +407,11 @@ def validate(cfg: TrialConfig) -> TrialConfig:
     for name in ("steps", "warmup_steps", "weight_decay", "checkpoint_every", "eval_every"):
         _check_positive(getattr(tr, name), f"train.{name}", allow_zero=True)
     _check_positive(tr.log_every, "train.log_every")
+    _check_positive(tr.devices, "train.devices")
+    if tr.devices is not None and tr.batch_size % tr.devices:
+        raise ConfigError(
+            f"train.batch_size: {tr.batch_size} is not divisible by train.devices={tr.devices}"
+        )
     if not 0 <= tr.min_lr_ratio <= 1:
         raise ConfigError(f"train.min_lr_ratio: must be in [0, 1], got {tr.min_lr_ratio!r}")
 

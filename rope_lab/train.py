@@ -1,7 +1,8 @@
 """Training: AdamW with warmup + cosine, gradient clipping, muP learning-rate groups, one jitted
 step that samples its own batch (deterministic in the step index, so resuming is exact), and a
 loop with hooks for evaluation, checkpoints and NTK tracking. A non-finite loss stops the run and
-marks it diverged.
+marks it diverged. The step runs data-parallel over `train.devices` local devices
+(`rope_lab.parallel`): batch split over a 1-D "data" mesh, parameters replicated.
 """
 
 from __future__ import annotations
@@ -16,10 +17,19 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optax
+from jax.sharding import Mesh
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from rope_lab.config import TrainConfig, TrialConfig, thaw
 from rope_lab.model import Transformer, decay_mask, lr_multipliers, trainable
+from rope_lab.parallel import (
+    constrain_batch,
+    constrain_replicated,
+    data_mesh,
+    replicate,
+    resolve_devices,
+    to_default_device,
+)
 from rope_lab.positions import random_positions
 from rope_lab.tasks import Batch, Task, make_task
 
@@ -130,28 +140,29 @@ class TraceGuard:
             raise RuntimeError(f"{self.name} retraced {self.traces} times (allowed {self.allowed})")
 
 
-def make_train_step(
+def train_step_body(
     cfg: TrialConfig,
     task: Task,
     optimizer: optax.GradientTransformation,
     *,
     length: int,
-    guard: TraceGuard,
+    mesh: Mesh | None = None,
 ) -> Callable:
-    """A jitted `step(static, params, opt_state, key, operands) -> (params, opt_state, metrics)`.
+    """The un-jitted step `(static, params, opt_state, key, operands) -> (params, opt_state,
+    metrics)`: sample a (batch_size, length) batch from `key`, one optimiser update.
 
-    `static` holds the non-trainable part (buffers included), so it is not donated; `operands`
-    are the task's fixed arrays (e.g. a text corpus), passed as arguments, not baked into the
-    compiled program as constants.
+    With `mesh`, the sampled batch and positions (B, L) are split over its "data" axis and the
+    new parameters and optimiser state are kept replicated (see `rope_lab.parallel`).
+    `metrics` holds scalar `loss` and `grad_norm`. `rope_lab.ensemble` vmaps this body.
     """
     batch_size = cfg.train.batch_size
 
-    @eqx.filter_jit(donate="all-except-first")  # type: ignore[misc]
     def step(static, params, opt_state, key, operands):
-        guard.hit()
         data_key, pos_key = jax.random.split(key)
         batch = task.sample_from(operands, data_key, batch_size, length)
         positions = batch_positions(cfg, pos_key, batch_size, length)
+        if mesh is not None:
+            batch, positions = constrain_batch((batch, positions), mesh)
 
         def loss_of(p):
             return masked_loss(eqx.combine(p, static), batch, positions)
@@ -159,7 +170,36 @@ def make_train_step(
         loss, grads = jax.value_and_grad(loss_of)(params)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         params = eqx.apply_updates(params, updates)
+        if mesh is not None:
+            params, opt_state = constrain_replicated((params, opt_state), mesh)
         return params, opt_state, {"loss": loss, "grad_norm": optax.tree.norm(grads)}
+
+    return step
+
+
+def make_train_step(
+    cfg: TrialConfig,
+    task: Task,
+    optimizer: optax.GradientTransformation,
+    *,
+    length: int,
+    guard: TraceGuard,
+    mesh: Mesh | None = None,
+) -> Callable:
+    """A jitted `step(static, params, opt_state, key, operands) -> (params, opt_state, metrics)`.
+
+    `static` holds the non-trainable part (buffers included), so it is not donated; `operands`
+    are the task's fixed arrays (e.g. a text corpus), passed as arguments, not baked into the
+    compiled program as constants. With `mesh` the step is data-parallel over it; pass
+    parameters, optimiser state, `static` and `operands` replicated on the mesh
+    (`rope_lab.parallel.replicate`).
+    """
+    body = train_step_body(cfg, task, optimizer, length=length, mesh=mesh)
+
+    @eqx.filter_jit(donate="all-except-first")  # type: ignore[misc]
+    def step(static, params, opt_state, key, operands):
+        guard.hit()
+        return body(static, params, opt_state, key, operands)
 
     return step
 
@@ -213,23 +253,26 @@ def train(
     """Train from `start_step` to `steps` (default cfg.train.steps) at `length` (default L_train).
 
     `model`/`opt_state` resume a run; the batch of step s depends only on (seed, s). Overrides of
-    length/steps/lr serve fine-tuning at a target length.
+    length/steps/lr serve fine-tuning at a target length. The step is data-parallel over
+    `train.devices` local devices (None: all); the returned model is on the first device.
     """
     tc = cfg.train
     length = tc.length if length is None else length
     total = tc.steps if steps is None else steps
+    mesh = data_mesh(resolve_devices(tc.devices, tc.batch_size))
     task = make_task_from(cfg)
     task.validate(length)
     model = make_model(cfg) if model is None else model
     sched_cfg = TrainConfig(**{**tc.__dict__, "steps": total})
     optimizer = make_optimizer(sched_cfg, model, lr)
     params, static = eqx.partition(model, trainable(model))
-    params = jax.tree.map(jnp.copy, params)  # the step donates its inputs; keep the caller's
-    if opt_state is None:
-        opt_state = optimizer.init(params)
-    operands = task.operands()
+    # The step donates its inputs: copy the caller's parameters (its opt_state is consumed).
+    params = replicate(params, mesh, copy=True)
+    static = replicate(static, mesh)
+    opt_state = replicate(optimizer.init(params) if opt_state is None else opt_state, mesh)
+    operands = replicate(task.operands(), mesh)
     guard = TraceGuard("train_step")
-    step_fn = make_train_step(cfg, task, optimizer, length=length, guard=guard)
+    step_fn = make_train_step(cfg, task, optimizer, length=length, guard=guard, mesh=mesh)
     schedule = lr_schedule(sched_cfg, lr)
     seed = tc.seed if data_seed is None else data_seed
     data_key = jax.random.fold_in(jax.random.PRNGKey(seed), 1)
@@ -286,7 +329,7 @@ def train(
 
     steps_done = done if diverged else total
     return TrainResult(
-        model=eqx.combine(params, static),
+        model=to_default_device(eqx.combine(params, static)),
         opt_state=opt_state,
         history=history,
         diverged=diverged,

@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from rope_lab.config import (
+    EXECUTION_FIELDS,
     ConfigError,
     TrialConfig,
     config_hash,
@@ -43,6 +44,14 @@ def test_trial_id_is_stable_and_sensitive():
     b = replace(a, **{"model.width": 64})
     assert b.trial_id != a.trial_id
     assert config_hash(replace(a, name="other")) == config_hash(a)
+    assert replace(a, **{"ntk.probes": 9}).trial_id != a.trial_id
+
+
+def test_execution_settings_do_not_change_the_trial_id():
+    a = tiny_trial()
+    changed = {"train.devices": 2, "ntk.chunk_size": 3, "ntk.pad_to_longest": False}
+    assert set(changed) == set(EXECUTION_FIELDS)
+    assert replace(a, **changed).trial_id == a.trial_id
 
 
 @pytest.mark.parametrize(

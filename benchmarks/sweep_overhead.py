@@ -1,0 +1,130 @@
+"""Where a sweep's time goes: the smoke sweep broken down per trial into Ray scheduling and worker
+start, XLA compilation, training compute, evaluation, NTK tracking and IO; run cold with the
+persistent compilation cache, cold without it, and rerun once finished.
+
+    .venv/bin/python -m benchmarks.sweep_overhead [--trials 8] [--no-nocache]
+
+Every number comes from the stages' own phase timers (`rope_lab.timing`) and the driver's
+submission times, all in the same runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.common import markdown_table, record
+from rope_lab.sweep.runner import SweepSummary, run_sweep
+from rope_lab.sweep.spec import load_spec
+
+COLUMNS = ("queue", "compile", "train", "eval", "ntk", "io", "other")
+
+
+def breakdown(stages: list[dict]) -> dict[str, float]:
+    """Seconds per category over a trial's stages (compile is taken out of every phase)."""
+    out = dict.fromkeys(COLUMNS, 0.0)
+    for stage in stages:
+        out["queue"] += stage.get("queued_s", 0.0)
+        phases = stage.get("phases", {})
+        accounted = 0.0
+        for name, t in phases.items():
+            out["compile"] += t["compile_s"]
+            compute = t["wall_s"] - t["compile_s"]
+            key = {"setup": "io", "finetune": "train"}.get(name, name)
+            out[key] = out.get(key, 0.0) + compute
+            accounted += t["wall_s"]
+        out["other"] += stage.get("wall_time_s", 0.0) - accounted
+    out["total"] = sum(out[c] for c in COLUMNS)
+    return out
+
+
+def run(spec, out_dir: Path, *, cache: bool) -> tuple[SweepSummary, float]:
+    """Run the sweep into out_dir; returns the summary and the wall seconds."""
+    os.environ["ROPE_LAB_COMPILE_CACHE"] = "1" if cache else "0"
+    start = time.perf_counter()
+    summary = run_sweep(spec, out_dir, progress=False)
+    return summary, time.perf_counter() - start
+
+
+def table(summary: SweepSummary) -> tuple[str, dict[str, float]]:
+    """Per-trial rows with each category in seconds and the overhead share."""
+    rows, sums = [], dict.fromkeys((*COLUMNS, "total"), 0.0)
+    for trial_id, stages in summary.stages.items():
+        b = breakdown(stages)
+        overhead = b["queue"] + b["compile"] + b["io"] + b["other"]
+        rows.append(
+            [
+                trial_id[:34],
+                *(round(b[c], 1) for c in COLUMNS),
+                round(b["total"], 1),
+                f"{overhead / b['total']:.0%}",
+            ]
+        )
+        for c in sums:
+            sums[c] += b[c]
+    overhead = sums["queue"] + sums["compile"] + sums["io"] + sums["other"]
+    rows.append(
+        [
+            "all trials",
+            *(round(sums[c], 1) for c in COLUMNS),
+            round(sums["total"], 1),
+            f"{overhead / max(sums['total'], 1e-9):.0%}",
+        ]
+    )
+    header = ["trial", *(f"{c} s" for c in COLUMNS), "total s", "overhead"]
+    return markdown_table(header, rows), sums
+
+
+def main() -> None:
+    """Run the benchmark and record its tables."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", default="sweeps/smoke.yaml")
+    parser.add_argument("--trials", type=int, default=None, help="first K trials only")
+    parser.add_argument("--no-nocache", action="store_true", help="skip the run without cache")
+    args = parser.parse_args()
+    spec = load_spec(args.spec)
+    if args.trials:
+        spec = dataclasses.replace(spec, trials=spec.trials[: args.trials])
+    sections, walls = [], {}
+    variants = [("persistent compilation cache on", True)]
+    if not args.no_nocache:
+        variants.append(("persistent compilation cache off", False))
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, cache in variants:
+            out_dir = Path(tmp) / label.replace(" ", "_")
+            summary, wall = run(spec, out_dir, cache=cache)
+            text, sums = table(summary)
+            walls[label] = (wall, sums)
+            sections.append(f"### {label}: sweep wall {wall:.1f} s\n\n{text}")
+            if cache:
+                _, rerun = run(spec, out_dir, cache=True)
+                walls["rerun"] = (rerun, {})
+    notes = [
+        "Categories: queue = submission to stage start (Ray scheduling, worker start, imports);",
+        "compile = JAX tracing + lowering + XLA compile (or cache retrieval) in every phase;",
+        "train/eval/ntk = wall time of those phases minus their compilation; io = setup,",
+        "checkpoints, model and Parquet writes; other = stage time outside the phases.",
+        "overhead = (queue + compile + io + other) / total. Trials run 2 at a time on 2 cores,",
+        "so per-trial seconds add up to more than the sweep's wall time.",
+        f"Rerun of the finished sweep: {walls['rerun'][0]:.1f} s.",
+    ]
+    if len(variants) == 2:
+        on, off = walls[variants[0][0]], walls[variants[1][0]]
+        notes.append(
+            f"Cache on vs off: sweep wall {on[0]:.1f} s vs {off[0]:.1f} s; compile seconds summed "
+            f"over trials {on[1]['compile']:.1f} vs {off[1]['compile']:.1f}."
+        )
+    record(
+        f"sweep_overhead: {spec.name}, {len(spec.trials)} trials, in-process Ray",
+        "\n\n".join(sections),
+        notes=" ".join(notes),
+        packages=("ray", "orbax-checkpoint"),
+    )
+
+
+if __name__ == "__main__":
+    main()

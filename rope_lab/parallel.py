@@ -1,0 +1,114 @@
+"""Data parallelism over the local devices of one host with `jax.sharding`.
+
+A 1-D mesh with axis "data" spans the devices a trial uses. The batch (leading axis) is split
+over "data"; parameters, optimiser state, frozen buffers and task operands are replicated. XLA's
+SPMD partitioner inserts the gradient all-reduce. One device is the same code path with a
+1-device mesh, so single- and multi-device runs compile the same program up to partitioning.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import equinox as eqx
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+DATA_AXIS = "data"
+
+Tree = TypeVar("Tree")
+
+
+def resolve_devices(requested: int | None, batch_size: int) -> int:
+    """Number of devices a trial trains on: `requested` (None: every local device).
+
+    Raises ValueError naming `train.devices` when more are requested than exist, and naming
+    `train.batch_size` when the batch does not split evenly over the devices.
+    """
+    available = jax.local_device_count()
+    n = available if requested is None else requested
+    if n < 1:
+        raise ValueError(f"train.devices: must be >= 1, got {requested!r}")
+    if n > available:
+        raise ValueError(
+            f"train.devices: {n} requested but this host has {available} local "
+            f"{jax.default_backend()} device(s)"
+        )
+    if batch_size % n:
+        what = "all local devices" if requested is None else f"train.devices={requested}"
+        raise ValueError(
+            f"train.batch_size: {batch_size} is not divisible by the {n} devices "
+            f"({what}); use a multiple of {n} or set train.devices"
+        )
+    return n
+
+
+def data_mesh(n_devices: int | None = None) -> Mesh:
+    """A 1-D mesh (axis "data") over the first `n_devices` local devices (None: all of them)."""
+    devices = jax.local_devices()
+    n = len(devices) if n_devices is None else n_devices
+    if not 1 <= n <= len(devices):
+        raise ValueError(f"n_devices: need 1..{len(devices)}, got {n_devices!r}")
+    return Mesh(np.array(devices[:n]), (DATA_AXIS,))
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+    """Sharding of batch arrays (B, ...): B split over "data", the rest whole on each device."""
+    return NamedSharding(mesh, P(DATA_AXIS))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    """Sharding of an array held whole on every device of the mesh."""
+    return NamedSharding(mesh, P())
+
+
+def replicate(tree: Tree, mesh: Mesh, *, copy: bool = False) -> Tree:
+    """Put every array leaf of `tree` on all devices of `mesh` (non-arrays untouched).
+
+    With `copy`, the result never aliases the input's buffers, so it can be donated while the
+    caller keeps the original.
+    """
+    sharding = replicated(mesh)
+    may_alias = False if copy else None
+
+    def put(x: Any) -> Any:
+        return jax.device_put(x, sharding, may_alias=may_alias) if eqx.is_array(x) else x
+
+    return jax.tree.map(put, tree)
+
+
+def constrain_batch(tree: Tree, mesh: Mesh) -> Tree:
+    """Inside jit: split the leading (batch) axis of every array leaf over "data"."""
+    sharding = batch_sharding(mesh)
+    return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, sharding), tree)
+
+
+def constrain_replicated(tree: Tree, mesh: Mesh) -> Tree:
+    """Inside jit: keep every array leaf whole on each device (parameters, optimiser state)."""
+    sharding = replicated(mesh)
+
+    def keep(x: Any) -> Any:
+        return jax.lax.with_sharding_constraint(x, sharding) if eqx.is_array(x) else x
+
+    return jax.tree.map(keep, tree)
+
+
+__all__ = [
+    "DATA_AXIS",
+    "batch_sharding",
+    "constrain_batch",
+    "constrain_replicated",
+    "data_mesh",
+    "replicate",
+    "replicated",
+    "resolve_devices",
+]
+
+
+def to_default_device(tree: Tree) -> Tree:
+    """Every array leaf of `tree` on the first local device, single-device sharded: the layout of
+    a freshly built or loaded model, so evaluation compiled for one serves the other."""
+    device = jax.local_devices()[0]
+    return jax.tree.map(lambda x: jax.device_put(x, device) if eqx.is_array(x) else x, tree)
