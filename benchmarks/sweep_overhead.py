@@ -13,6 +13,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -21,14 +24,37 @@ from benchmarks.common import markdown_table, record
 from rope_lab.sweep.runner import SweepSummary, run_sweep
 from rope_lab.sweep.spec import load_spec
 
-COLUMNS = ("queue", "compile", "train", "eval", "ntk", "io", "other")
+COLUMNS = ("wait", "compile", "train", "eval", "ntk", "io", "other")
+OVERHEAD = ("compile", "io", "other")
+
+
+def _noop() -> dict:
+    return {"status": "done"}
+
+
+def ray_costs(spec, tasks: int = 20) -> tuple[float, float]:
+    """Seconds to start in-process Ray, and the median submit-to-result latency of a no-op task
+    (scheduling and dispatch, on warm workers)."""
+    from rope_lab.sweep.runner import RayRunner
+
+    start = time.perf_counter()
+    runner = RayRunner(spec.resources, spec.max_retries)
+    runner.wait([runner.submit(_noop)])  # a worker process is up
+    started = time.perf_counter() - start
+    latencies = []
+    for _ in range(tasks):
+        t = time.perf_counter()
+        runner.wait([runner.submit(_noop)])
+        latencies.append(time.perf_counter() - t)
+    runner.shutdown()
+    return started, statistics.median(latencies)
 
 
 def breakdown(stages: list[dict]) -> dict[str, float]:
     """Seconds per category over a trial's stages (compile is taken out of every phase)."""
     out = dict.fromkeys(COLUMNS, 0.0)
     for stage in stages:
-        out["queue"] += stage.get("queued_s", 0.0)
+        out["wait"] += stage.get("queued_s", 0.0)
         phases = stage.get("phases", {})
         accounted = 0.0
         for name, t in phases.items():
@@ -48,6 +74,24 @@ def run(spec, out_dir: Path, *, cache: bool) -> tuple[SweepSummary, float]:
     start = time.perf_counter()
     summary = run_sweep(spec, out_dir, progress=False)
     return summary, time.perf_counter() - start
+
+
+def rerun_cli(spec_path: str, spec, out_dir: Path) -> float:
+    """Wall seconds of `rope-lab sweep run` on a finished sweep (process start included)."""
+    start = time.perf_counter()
+    if len(spec.trials) == len(load_spec(spec_path).trials):
+        cmd = [sys.executable, "-m", "rope_lab.cli", "sweep", "run", spec_path, "--out"]
+        subprocess.run([*cmd, str(out_dir), "--no-plots"], check=True, capture_output=True)
+    else:  # a subset of the spec's trials: rerun in a fresh interpreter via run_sweep
+        code = (
+            "import dataclasses, sys; from rope_lab.sweep.spec import load_spec; "
+            "from rope_lab.sweep.runner import run_sweep; s = load_spec(sys.argv[1]); "
+            "s = dataclasses.replace(s, trials=s.trials[: int(sys.argv[2])]); "
+            "run_sweep(s, sys.argv[3], progress=False)"
+        )
+        argv = [sys.executable, "-c", code, spec_path, str(len(spec.trials)), str(out_dir)]
+        subprocess.run(argv, check=True, capture_output=True)
+    return time.perf_counter() - start
 
 
 def table(summary: SweepSummary) -> tuple[str, dict[str, float]]:
@@ -89,7 +133,7 @@ def main() -> None:
     spec = load_spec(args.spec)
     if args.trials:
         spec = dataclasses.replace(spec, trials=spec.trials[: args.trials])
-    sections, walls = [], {}
+    sections, walls, summaries = [], {}, []
     variants = [("persistent compilation cache on", True)]
     if not args.no_nocache:
         variants.append(("persistent compilation cache off", False))
@@ -97,20 +141,27 @@ def main() -> None:
         for label, cache in variants:
             out_dir = Path(tmp) / label.replace(" ", "_")
             summary, wall = run(spec, out_dir, cache=cache)
+            summaries.append(summary)
             text, sums = table(summary)
             walls[label] = (wall, sums)
             sections.append(f"### {label}: sweep wall {wall:.1f} s\n\n{text}")
             if cache:
-                _, rerun = run(spec, out_dir, cache=True)
-                walls["rerun"] = (rerun, {})
+                walls["rerun"] = (rerun_cli(args.spec, spec, out_dir), {})
+    ray_start, ray_task = ray_costs(spec)
+    n_stages = sum(len(stages) for stages in summaries[0].stages.values())
     notes = [
-        "Categories: queue = submission to stage start (Ray scheduling, worker start, imports);",
-        "compile = JAX tracing + lowering + XLA compile (or cache retrieval) in every phase;",
-        "train/eval/ntk = wall time of those phases minus their compilation; io = setup,",
-        "checkpoints, model and Parquet writes; other = stage time outside the phases.",
-        "overhead = (queue + compile + io + other) / total. Trials run 2 at a time on 2 cores,",
-        "so per-trial seconds add up to more than the sweep's wall time.",
-        f"Rerun of the finished sweep: {walls['rerun'][0]:.1f} s.",
+        "Columns: wait = submission to stage start (waiting for a free worker, Ray dispatch,",
+        "worker start, imports); compile = JAX tracing + lowering + XLA compile (or persistent",
+        "cache retrieval) in every phase; train/eval/ntk = wall time of those phases minus their",
+        "compilation; io = setup, checkpoints, model and Parquet writes; other = stage time",
+        "outside the phases; stage time = everything but wait; overhead = (compile + io +",
+        "other) / stage time. Trials run 2 at a time on 2 cores, so per-trial seconds add up to",
+        "more than the sweep's wall time. Ray itself: starting in-process Ray took",
+        f"{ray_start:.1f} s and a no-op task's submit-to-result latency is",
+        f"{ray_task * 1e3:.1f} ms (median of 20), i.e. {n_stages * ray_task:.2f} s for this",
+        f"sweep's {n_stages} stage tasks.",
+        f"Rerun of the finished sweep (`rope-lab sweep run`, a new process): "
+        f"{walls['rerun'][0]:.1f} s.",
     ]
     if len(variants) == 2:
         on, off = walls[variants[0][0]], walls[variants[1][0]]
