@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import equinox as eqx
 import jax
 import numpy as np
 
@@ -82,9 +83,10 @@ def draw_probes(cfg: TrialConfig, task: Task) -> ProbeSets:
     """Probe sets of a trial, drawn once from its task with `ntk.seed`."""
     key = jax.random.PRNGKey(cfg.ntk.seed)
     n, length = cfg.ntk.probes, cfg.train.length
-    short = task.sample(jax.random.fold_in(key, length), n, length)
+    sample = eqx.filter_jit(task.sample)  # one program per length, not one per eager op
+    short = sample(jax.random.fold_in(key, length), n, length)
     long = {
-        L: np.asarray(task.sample(jax.random.fold_in(key, L), n, L).tokens) for L in cfg.ntk_lengths
+        L: np.asarray(sample(jax.random.fold_in(key, L), n, L).tokens) for L in cfg.ntk_lengths
     }
     return ProbeSets(
         np.asarray(short.tokens), np.asarray(short.targets), np.asarray(short.mask), long
