@@ -185,7 +185,8 @@ class NTKConfig:
     direction u, the default), "trace" (average over the vocabulary) or "target" (next-token
     logit). `position_probes` sequences give the position-resolved kernel at the end.
     `pad_to_longest`: run every probe set through one compiled gradient program at the longest
-    probe length (exact for a causal model; fewer compilations, more compute per NTK step).
+    probe length (exact for a causal model): fewer compilations, more compute per NTK step; pays
+    off for tiny, compile-dominated trials (the smoke sweep), not at research sizes.
     """
 
     enabled: bool = True
@@ -196,7 +197,7 @@ class NTKConfig:
     chunk_size: int = 8
     groups: bool = True
     position_probes: int = 2
-    pad_to_longest: bool = True
+    pad_to_longest: bool = False
     ridge: float = 1e-3
     seed: int = 4321
 

@@ -20,10 +20,10 @@ of the eval config (rows with `method`, `factor`).
 
 Cost: each NTK step takes one gradient pass over the short probes and one over each long probe
 set (two output masks, whole and tail, sharing a forward pass); every kernel and metric is a
-contraction of those features. With `ntk.pad_to_longest` (the default) all of a trial's
-tracking, the position kernels and the RoPE scalings included, runs one compiled gradient
-program (probes padded to the longest probe length: fewer compilations, which dominate small
-trials, for more compute per NTK step); without it, one program per probe length.
+contraction of those features. A trial's tracking, the position kernels and the RoPE scalings
+included, compiles one gradient program per probe length; with `ntk.pad_to_longest` just one
+(probes padded to the longest length: fewer compilations, which dominate tiny trials, for more
+compute per NTK step).
 """
 
 from __future__ import annotations
