@@ -94,6 +94,26 @@ def rerun_cli(spec_path: str, spec, out_dir: Path) -> float:
     return time.perf_counter() - start
 
 
+def tracking_share(summary: SweepSummary) -> str:
+    """NTK tracking time (compilation included) against the training loop's own time, summed
+    over the train stages, and the range over trials."""
+    shares, ntk_total, train_total = [], 0.0, 0.0
+    for stages in summary.stages.values():
+        phases = next((s.get("phases", {}) for s in stages if s["stage"] == "train"), {})
+        if "ntk" not in phases or "train" not in phases:
+            continue
+        ntk, train = phases["ntk"]["wall_s"], phases["train"]["wall_s"]
+        shares.append(ntk / train)
+        ntk_total, train_total = ntk_total + ntk, train_total + train
+    if not shares:
+        return "No NTK tracking in this sweep."
+    return (
+        f"NTK tracking adds {ntk_total / train_total:.0%} to the training loop's time over the "
+        f"{len(shares)} trials ({ntk_total:.1f} s vs {train_total:.1f} s; per trial "
+        f"{min(shares):.0%} to {max(shares):.0%}), compilation of both included."
+    )
+
+
 def table(summary: SweepSummary) -> tuple[str, dict[str, float]]:
     """Per-trial rows with each category in seconds and the overhead share."""
     rows, sums = [], dict.fromkeys((*COLUMNS, "total"), 0.0)
@@ -144,7 +164,8 @@ def main() -> None:
             summaries.append(summary)
             text, sums = table(summary)
             walls[label] = (wall, sums)
-            sections.append(f"### {label}: sweep wall {wall:.1f} s\n\n{text}")
+            share = tracking_share(summary)
+            sections.append(f"### {label}: sweep wall {wall:.1f} s\n\n{text}\n\n{share}")
             if cache:
                 walls["rerun"] = (rerun_cli(args.spec, spec, out_dir), {})
     ray_start, ray_task = ray_costs(spec)
