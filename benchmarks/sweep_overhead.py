@@ -115,31 +115,22 @@ def tracking_share(summary: SweepSummary) -> str:
 
 
 def table(summary: SweepSummary) -> tuple[str, dict[str, float]]:
-    """Per-trial rows with each category in seconds and the overhead share."""
+    """Per-trial rows with each category in seconds and the overhead share of stage time."""
     rows, sums = [], dict.fromkeys((*COLUMNS, "total"), 0.0)
+
+    def cells(name: str, b: dict[str, float]) -> list[object]:
+        work = b["total"] - b["wait"]
+        overhead = sum(b[c] for c in OVERHEAD)
+        share = f"{overhead / work:.0%}" if work > 0 else "-"
+        return [name, *(round(b[c], 1) for c in COLUMNS), round(work, 1), share]
+
     for trial_id, stages in summary.stages.items():
         b = breakdown(stages)
-        overhead = b["queue"] + b["compile"] + b["io"] + b["other"]
-        rows.append(
-            [
-                trial_id[:34],
-                *(round(b[c], 1) for c in COLUMNS),
-                round(b["total"], 1),
-                f"{overhead / b['total']:.0%}",
-            ]
-        )
+        rows.append(cells(trial_id[:34], b))
         for c in sums:
             sums[c] += b[c]
-    overhead = sums["queue"] + sums["compile"] + sums["io"] + sums["other"]
-    rows.append(
-        [
-            "all trials",
-            *(round(sums[c], 1) for c in COLUMNS),
-            round(sums["total"], 1),
-            f"{overhead / max(sums['total'], 1e-9):.0%}",
-        ]
-    )
-    header = ["trial", *(f"{c} s" for c in COLUMNS), "total s", "overhead"]
+    rows.append(cells("all trials", sums))
+    header = ["trial", *(f"{c} s" for c in COLUMNS), "stage time s", "overhead"]
     return markdown_table(header, rows), sums
 
 
