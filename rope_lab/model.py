@@ -1,8 +1,14 @@
 """Decoder-only causal Transformer in Equinox, with position-encoding hooks.
 
 One sequence at a time: `model(tokens (L,), positions (L,) | None) -> logits (L, V)`; batch with
-`jax.vmap`. Blocks are stacked along a leading axis and run with `jax.lax.scan`, so compile time
-does not grow with depth.
+`jax.vmap`. Blocks are stacked along a leading axis and run with `jax.lax.scan`, unrolled up to
+`MAX_UNROLL` blocks (faster on CPU); past that compile time does not grow with depth.
+
+Speed (see `benchmarks/train_step.py`): q, k, v and the SwiGLU gate and up projections each run as
+one matmul against their weights concatenated at call time (the parameter tree is unchanged). Under
+`jax.vmap` over a batch, XLA on CPU otherwise turns each weight gradient into a slow transposing
+copy of the output cotangent fused with the activation's backward; one wider matmul avoids most of
+that. Attention runs on heads-major (H, L, Dh) operands.
 
 Parametrisations (`sp`, `ntk`, `mup`) differ in init scale, forward multipliers, the attention
 logit scale and per-group learning-rate multipliers (`lr_multipliers`):
@@ -34,6 +40,9 @@ from rope_lab.positions import (
 )
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+# Blocks unrolled per scan iteration: all of them up to this depth, then a loop over groups of this
+# many (compile time stays flat with depth; fully unrolled is ~8% faster per step at depth 4).
+MAX_UNROLL = 8
 
 
 class Linear(eqx.Module):
@@ -50,6 +59,23 @@ class Linear(eqx.Module):
         """Apply to the last axis."""
         y = x @ self.weight.astype(x.dtype).T
         return y * self.multiplier if self.multiplier != 1.0 else y
+
+
+def fused_linear(x: Float[Array, "... in"], *layers: Linear) -> list[Float[Array, "... out_i"]]:
+    """The outputs of several Linears of the same input (..., in), from one matmul.
+
+    Weights (out_i, in) are concatenated to (sum out_i, in) at call time, so the parameters stay
+    separate leaves; each output (..., out_i) gets its own layer's multiplier.
+    """
+    weight = jnp.concatenate([layer.weight for layer in layers]).astype(x.dtype)
+    y = x @ weight.T
+    outs, start = [], 0
+    for layer in layers:
+        stop = start + layer.weight.shape[0]
+        part = y[..., start:stop]
+        outs.append(part * layer.multiplier if layer.multiplier != 1.0 else part)
+        start = stop
+    return outs
 
 
 def _linear(cfg: ModelConfig, fan_in: int, fan_out: int, key, *, readout: bool = False) -> Linear:
@@ -108,26 +134,35 @@ class Attention(eqx.Module):
         length, width = t.shape
         return t.reshape(length, self.heads, width // self.heads)
 
+    def _scores(
+        self, q: Array, k: Array, positions: Array, encoding: PositionEncoding
+    ) -> Float[Array, "H L L"]:
+        q, k = encoding.rotate(self._split(q), self._split(k), positions)
+        # Heads-major (H, L, Dh) operands: both attention matmuls are plain batched matmuls.
+        q, k = q.transpose(1, 0, 2), k.transpose(1, 0, 2)
+        logits = jnp.einsum("hqd,hkd->hqk", q, k).astype(jnp.float32) * self.scale
+        bias = encoding.bias(positions)
+        return logits if bias is None else logits + bias
+
     def logits(
         self, x: Float[Array, "L D"], positions: Array, encoding: PositionEncoding
     ) -> Float[Array, "H L L"]:
         """Unmasked attention logits in float32, position rotation and bias included."""
-        q, k = encoding.rotate(self._split(self.q(x)), self._split(self.k(x)), positions)
-        logits = jnp.einsum("qhd,khd->hqk", q, k).astype(jnp.float32) * self.scale
-        bias = encoding.bias(positions)
-        return logits if bias is None else logits + bias
+        q, k = fused_linear(x, self.q, self.k)
+        return self._scores(q, k, positions, encoding)
 
     def __call__(
         self, x: Float[Array, "L D"], positions: Array, encoding: PositionEncoding
     ) -> Float[Array, "L D"]:
         """Attend causally over the sequence index (not over position values)."""
         length, width = x.shape
-        logits = self.logits(x, positions, encoding)
+        q, k, v = fused_linear(x, self.q, self.k, self.v)
+        logits = self._scores(q, k, positions, encoding)
         causal = jnp.tril(jnp.ones((length, length), dtype=bool))
         logits = jnp.where(causal[None], logits, -jnp.inf)
         weights = jax.nn.softmax(logits, axis=-1).astype(x.dtype)
-        out = jnp.einsum("hqk,khd->qhd", weights, self._split(self.v(x)))
-        return self.o(out.reshape(length, width))
+        out = jnp.einsum("hqk,hkd->hqd", weights, self._split(v).transpose(1, 0, 2))
+        return self.o(out.transpose(1, 0, 2).reshape(length, width))
 
 
 class MLP(eqx.Module):
@@ -147,7 +182,8 @@ class MLP(eqx.Module):
         """Position-wise feed-forward."""
         if self.gate is None:
             return self.down(jax.nn.gelu(self.up(x)))
-        return self.down(jax.nn.silu(self.gate(x)) * self.up(x))
+        gate, up = fused_linear(x, self.gate, self.up)
+        return self.down(jax.nn.silu(gate) * up)
 
 
 class Block(eqx.Module):
@@ -214,7 +250,7 @@ class Transformer(eqx.Module):
             block = eqx.combine(block_params, static)
             return block(h, positions, self.position), None
 
-        x, _ = jax.lax.scan(layer, x, params)
+        x, _ = jax.lax.scan(layer, x, params, unroll=min(self.config.depth, MAX_UNROLL))
         return self.head(self.final_norm(x)).astype(jnp.float32)
 
     def embed(self, tokens: Int[Array, " L"], positions: Int[Array, " L"]) -> Float[Array, "L D"]:

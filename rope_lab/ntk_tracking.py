@@ -85,9 +85,7 @@ def draw_probes(cfg: TrialConfig, task: Task) -> ProbeSets:
     n, length = cfg.ntk.probes, cfg.train.length
     sample = eqx.filter_jit(task.sample)  # one program per length, not one per eager op
     short = sample(jax.random.fold_in(key, length), n, length)
-    long = {
-        L: np.asarray(sample(jax.random.fold_in(key, L), n, L).tokens) for L in cfg.ntk_lengths
-    }
+    long = {L: np.asarray(sample(jax.random.fold_in(key, L), n, L).tokens) for L in cfg.ntk_lengths}
     return ProbeSets(
         np.asarray(short.tokens), np.asarray(short.targets), np.asarray(short.mask), long
     )
