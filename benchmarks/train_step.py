@@ -18,7 +18,9 @@ included; the attention term counts QK^T and AV at full L x L for forward and ba
 MFU divides model FLOP/s by a float32 JAX matmul peak measured in the same run (interleaved with
 the steps of each width, so both see the same machine load).
 
-Run: `python -m benchmarks.train_step [--widths 128 256 512] [--repeats N] [--quick]`
+Run: `python -m benchmarks.train_step [--widths 128 256 512] [--repeats N] [--quick]
+[--depth 4] [--length 256] [--batch 16] [--dtype float32|bfloat16]` (on a CUDA machine both
+sides use the GPU; `benchmarks/gpu.sh` is the one-command GPU run)
 (needs the `bench` extra: `pip install -e '.[bench]'`).
 """
 
@@ -69,6 +71,7 @@ class Shape:
     head_dim: int = HEAD_DIM
     length: int = LENGTH
     batch: int = BATCH
+    dtype: str = "float32"  # compute dtype; parameters stay float32 on both sides
 
     @property
     def heads(self) -> int:
@@ -131,6 +134,7 @@ def rope_lab_trial(shape: Shape) -> TrialConfig:
         norm="rmsnorm",
         mlp="swiglu",
         position=PositionConfig(kind="rope"),
+        dtype=shape.dtype,
     )
     train = TrainConfig(length=shape.length, batch_size=shape.batch, steps=1000, warmup_steps=10)
     return TrialConfig(name="bench", model=model, train=train)
@@ -205,7 +209,9 @@ def torch_side(shape: Shape, tokens: np.ndarray, targets: np.ndarray) -> Side:
         use_cache=False,
         attn_implementation="sdpa",
     )
-    model = LlamaForCausalLM(config).to(torch.float32).train()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = LlamaForCausalLM(config).to(device=device, dtype=torch.float32).train()
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=shape.dtype != "float32")
     tc = rope_lab_trial(shape).train
     # As rope_lab's decay_mask: decay Linear weights (readout included), not embeddings/norms.
     decay = [p for n, p in model.named_parameters() if p.ndim == 2 and "embed_tokens" not in n]
@@ -216,18 +222,21 @@ def torch_side(shape: Shape, tokens: np.ndarray, targets: np.ndarray) -> Side:
         betas=(tc.b1, tc.b2),
         eps=tc.eps,
     )
-    x = torch.from_numpy(tokens.astype(np.int64))
-    y = torch.from_numpy(targets.astype(np.int64)).reshape(-1)
+    x = torch.from_numpy(tokens.astype(np.int64)).to(device)
+    y = torch.from_numpy(targets.astype(np.int64)).reshape(-1).to(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     last = {"loss": float("nan")}
 
     def run() -> float:
         start = time.perf_counter()
-        logits = model(input_ids=x).logits
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, shape.vocab), y)
+        with autocast:  # bf16 compute on float32 parameters, as rope_lab's model.dtype
+            logits = model(input_ids=x).logits
+        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, shape.vocab), y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip_norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        sync()
         elapsed = time.perf_counter() - start
         last["loss"] = float(loss.detach())
         return elapsed
@@ -239,8 +248,8 @@ def torch_side(shape: Shape, tokens: np.ndarray, targets: np.ndarray) -> Side:
     )
 
 
-def matmul_timers(n: int = 2048) -> dict[str, Callable[[], float]]:
-    """Seconds of one float32 (n, n) @ (n, n) matmul in JAX and in torch, as timing callables.
+def matmul_timers(n: int = 2048, dtype: str = "float32") -> dict[str, Callable[[], float]]:
+    """Seconds of one (n, n) @ (n, n) matmul in `dtype` in JAX and in torch, as timing callables.
 
     Interleaved with the training steps, so the peak they give sees the same machine load.
     """
@@ -248,9 +257,13 @@ def matmul_timers(n: int = 2048) -> dict[str, Callable[[], float]]:
 
     a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
     b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    ta = torch.from_numpy(np.asarray(a)).to(device=device, dtype=getattr(torch, dtype))
+    tb = torch.from_numpy(np.asarray(b)).to(device=device, dtype=getattr(torch, dtype))
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    a, b = a.astype(dtype), b.astype(dtype)
     f = jax.jit(lambda x, y: x @ y)
     f(a, b).block_until_ready()
-    ta, tb = torch.from_numpy(np.asarray(a)), torch.from_numpy(np.asarray(b))
 
     def jax_matmul() -> float:
         start = time.perf_counter()
@@ -260,6 +273,7 @@ def matmul_timers(n: int = 2048) -> dict[str, Callable[[], float]]:
     def torch_matmul() -> float:
         start = time.perf_counter()
         ta @ tb
+        sync()
         return time.perf_counter() - start
 
     return {"jax matmul": jax_matmul, "torch matmul": torch_matmul}
@@ -286,6 +300,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="width 128, 3 repeats, no record")
     parser.add_argument("--no-record", action="store_true", help="print, don't append RESULTS.md")
     parser.add_argument("--note", default="", help="extra text for the notes under the table")
+    parser.add_argument("--depth", type=int, default=DEPTH)
+    parser.add_argument("--length", type=int, default=LENGTH)
+    parser.add_argument("--batch", type=int, default=BATCH)
+    parser.add_argument(
+        "--dtype", default="float32", choices=["float32", "bfloat16"], help="compute dtype"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.widths, args.repeats = [128], 3
@@ -300,7 +320,7 @@ def main(argv: list[str] | None = None) -> None:
 
     rows, slower = [], []
     for width in args.widths:
-        shape = Shape(vocab=args.vocab, width=width)
+        shape = Shape(args.vocab, width, args.depth, HEAD_DIM, args.length, args.batch, args.dtype)
         tokens, targets = make_batch(shape)
         sides = {"rope_lab": rope_lab_side(shape, tokens, targets)}
         sides["torch"] = torch_side(shape, tokens, targets)
@@ -311,7 +331,7 @@ def main(argv: list[str] | None = None) -> None:
         first = {name: s.run() for name, s in sides.items()}  # compilation / warm-up
         cpu: dict[str, list[float]] = {name: [] for name in sides}
         runs = {name: with_cpu_time(s.run, cpu[name]) for name, s in sides.items()}
-        runs.update(matmul_timers(MATMUL_N))
+        runs.update(matmul_timers(MATMUL_N, args.dtype))
         times = interleaved(runs, repeats=args.repeats, warmup=1)
         med = {name: median(ts) for name, ts in times.items()}
         med_cpu = {name: median(c[1:]) for name, c in cpu.items()}  # c[0]: the warm-up round
@@ -364,15 +384,16 @@ def main(argv: list[str] | None = None) -> None:
     table = markdown_table(header, rows)
     notes = (
         f"Train step (forward, backward, clip, AdamW) of the same Llama-style model: vocab "
-        f"{args.vocab}, depth {DEPTH}, head_dim {HEAD_DIM}, SwiGLU {MLP_RATIO}D, RMSNorm, RoPE, "
-        f"untied, no biases, float32, batch {BATCH} x length {LENGTH} = {BATCH * LENGTH} "
+        f"{args.vocab}, head_dim {HEAD_DIM}, SwiGLU {MLP_RATIO}D, RMSNorm, RoPE, "
+        f"untied, no biases, {args.dtype} compute on float32 parameters, depth {args.depth}, "
+        f"batch {args.batch} x length {args.length} = {args.batch * args.length} "
         f"tokens/step; equal parameter counts checked. rope_lab: `make_train_step` on a fixed "
         f"in-memory batch (no sampling timed). torch: HF transformers `LlamaForCausalLM` (SDPA "
         f"attention, eager), torch.optim.AdamW, clip_grad_norm_, torch.set_num_threads({threads}) "
         f"(= cores); JAX uses all cores by default. tok/s from the median of {args.repeats} "
         f"interleaved steps per side; CPU s/step: median process CPU time per step (all threads, "
         f"spin-waits included). Model FLOPs/token = 6 N + 12 depth L D (N = parameters minus the "
-        f"input embedding table). MFU (both sides) is against the float32 JAX {MATMUL_N}^3 matmul "
+        f"input embedding table). MFU (both sides) is against the JAX {MATMUL_N}^3 matmul "
         f"peak (`matmul_peak_flops`: {peak / 1e9:.1f} GFLOP/s at the start), re-timed per width "
         f"interleaved with the steps (column); torch's own matmul rate is shown beside it. Compile "
         f"s: first rope_lab step."
@@ -386,7 +407,7 @@ def main(argv: list[str] | None = None) -> None:
         print(notes)
         return
     record(
-        "Train step: rope_lab vs HF Llama (torch)",
+        f"Train step: rope_lab vs HF Llama (torch), {jax.default_backend()}, {args.dtype}",
         table,
         notes=notes,
         packages=("torch", "transformers"),
