@@ -266,13 +266,6 @@ def _scatter(parts: Sequence[tuple[np.ndarray, np.ndarray]], n: int) -> np.ndarr
     return out
 
 
-def _total(groups: dict[str, np.ndarray]) -> np.ndarray:
-    total = groups[GROUPS[0]]
-    for g in GROUPS[1:]:
-        total = total + groups[g]
-    return total
-
-
 @dataclass(frozen=True)
 class GradientFeatures:
     """Gradient features of N sequences x R output masks, computed once and contracted often.
@@ -366,7 +359,10 @@ def feature_kernels(a: GradientFeatures, b: GradientFeatures) -> dict[str, np.nd
 
 def total_kernel(groups: dict[str, np.ndarray]) -> np.ndarray:
     """Sum of per-group kernels."""
-    return _total(groups)
+    total = groups[GROUPS[0]]
+    for g in GROUPS[1:]:
+        total = total + groups[g]
+    return total
 
 
 def _sequence_masks(length: int) -> np.ndarray:
@@ -416,7 +412,7 @@ def sequence_kernel(
     Example: `K_train = sequence_kernel(model, short, short, output=u, chunk_size=16)`.
     """
     groups = _sequence_groups(model, tokens1, tokens2, output, positions1, positions2, chunk_size)
-    return jnp.asarray(_total(groups))
+    return jnp.asarray(total_kernel(groups))
 
 
 def position_kernel(
@@ -440,7 +436,7 @@ def position_kernel(
         side1 = _side(tokens1, positions1, np.eye(l1, dtype=np.float32), chunk_size, True)
         side2 = _side(tokens2, positions2, np.eye(l2, dtype=np.float32), chunk_size, True)
         groups, _, _ = _kernel(model, side1, side2, output)
-    total = _total(groups)
+    total = total_kernel(groups)
     return jnp.asarray(total.reshape(n1, l1, n2, l2).transpose(0, 2, 1, 3))
 
 
@@ -473,7 +469,7 @@ def tail_kernel(
         l_short = np.shape(short_tokens)[1]
         side2 = _side(short_tokens, positions_short, _sequence_masks(l_short), chunk_size, False)
         groups, sq1, sq2 = _kernel(model, side1, side2, output)
-    total = _total(groups).reshape(n_long, 2, -1)
+    total = total_kernel(groups).reshape(n_long, 2, -1)
     sq1 = sq1.reshape(n_long, 2)
     out = {"tail_sqnorm": sq1[:, 0], "head_sqnorm": sq1[:, 1], "short_sqnorm": sq2}
     for r, name in enumerate(("tail", "head")):
