@@ -150,6 +150,10 @@ class EvalConfig:
     scaling `method` at each `factor` (zero-shot; and after `finetune_steps` steps at
     factor x L_train when that is > 0). `method_params` holds per-method parameters, e.g.
     `{llama3: {low_freq_factor: 1, high_freq_factor: 4}}`.
+    `pad_to_longest`: pad every length's batches (drawn as without it) to the longest evaluated
+    length and run them through one compiled forward program (exact for a causal model): one
+    compilation instead of one per length, for more compute at the short lengths; pays off for
+    tiny, compile-dominated trials (the smoke sweep).
     """
 
     length_multipliers: tuple[float, ...] = (0.25, 0.5, 1.0, 1.5, 2.0, 4.0, 8.0, 16.0)
@@ -162,6 +166,7 @@ class EvalConfig:
     finetune_steps: int = 0
     finetune_lr: float = 1e-3
     accuracy_threshold: float = 0.9
+    pad_to_longest: bool = False
     seed: int = 1234
 
     def params_for(self, method: str) -> dict[str, Any]:
@@ -300,8 +305,13 @@ def _params_to_plain(value: Any) -> Any:
 
 
 # How a trial runs, not what it computes: left out of trial ids, so a finished trial is found
-# again when rerun on another device count or with another NTK chunking.
-EXECUTION_FIELDS = ("train.devices", "ntk.chunk_size", "ntk.pad_to_longest")
+# again when rerun on another device count, NTK chunking or eval/NTK padding.
+EXECUTION_FIELDS = (
+    "train.devices",
+    "eval.pad_to_longest",
+    "ntk.chunk_size",
+    "ntk.pad_to_longest",
+)
 
 
 def config_hash(cfg: Any, n: int = 10) -> str:

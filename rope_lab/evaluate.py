@@ -17,10 +17,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, Int
 
 from rope_lab.config import TrialConfig, thaw
 from rope_lab.model import Transformer, with_scaling
-from rope_lab.tasks import Task
+from rope_lab.tasks import Batch, Task
 from rope_lab.train import batch_positions, token_losses, train
 
 NO_SCALING = "none"
@@ -35,11 +36,18 @@ class Scaling:
     params: tuple = ()
 
 
-@eqx.filter_jit
-def _batch_sums(model: Transformer, task: Task, operands, key, batch_size: int, length: int, cfg):
-    data_key, pos_key = jax.random.split(key)
-    batch = task.sample_from(operands, data_key, batch_size, length)
-    positions = batch_positions(cfg, pos_key, batch_size, length)
+def _draw(
+    task: Task, operands, keys, batch_size: int, length: int, cfg: TrialConfig
+) -> tuple[Batch, Int[Array, "B L"]]:
+    """One evaluation batch at `length` from keys (2, key) = split(batch key): (B, L)
+    tokens/targets/mask and (B, L) positions."""
+    batch = task.sample_from(operands, keys[0], batch_size, length)
+    return batch, batch_positions(cfg, keys[1], batch_size, length)
+
+
+def _sums(model: Transformer, batch: Batch, positions: Int[Array, "B P"]):
+    """Per-position loss sums, correct and scored counts (each (P,)), exact-match and scored
+    sequence counts (scalars) of one batch; unscored (mask False) slots contribute nothing."""
     losses, correct = token_losses(model, batch, positions)
     mask = batch.mask
     per_position = (
@@ -51,23 +59,71 @@ def _batch_sums(model: Transformer, task: Task, operands, key, batch_size: int, 
     return per_position, jnp.sum(exact), jnp.sum(jnp.any(mask, axis=1))
 
 
+@eqx.filter_jit
+def _batch_sums(model: Transformer, task: Task, operands, key, batch_size: int, length: int, cfg):
+    """Sampling and forward at `length` in one program (one compilation per length)."""
+    return _sums(model, *_draw(task, operands, jax.random.split(key), batch_size, length, cfg))
+
+
+@eqx.filter_jit
+def _padded_batch(
+    task: Task, operands, keys, batch_size: int, length: int, cfg, padded_length: int
+) -> tuple[Batch, Int[Array, "B P"]]:
+    """The batch and positions of `_batch_sums` at `length`, padded on the right to
+    `padded_length` P: token and target 0, mask False, positions repeating the last real one.
+
+    Pad slots are unscored and, the model being causal, change no real slot's logits, so any
+    valid position is exact; repeating the last real one (rather than continuing p+1, p+2, ...)
+    stays inside the range the encoding already handles at this length, e.g. a learned table's
+    `max_length` rows, which continuing after randomized positions could overrun."""
+    batch, positions = _draw(task, operands, keys, batch_size, length, cfg)
+    pad = ((0, 0), (0, padded_length - length))
+    padded = Batch(
+        tokens=jnp.pad(batch.tokens, pad),
+        targets=jnp.pad(batch.targets, pad),
+        mask=jnp.pad(batch.mask, pad),
+    )
+    return padded, jnp.pad(positions, pad, mode="edge")
+
+
+@eqx.filter_jit
+def _padded_sums(model: Transformer, batch: Batch, positions: Int[Array, "B P"]):
+    """`_sums` as the one forward program of `eval.pad_to_longest`: compiled once per model
+    structure and (B, P), shared by every length and RoPE scaling (only arrays change)."""
+    return _sums(model, batch, positions)
+
+
 def evaluate_length(
     model: Transformer, task: Task, cfg: TrialConfig, length: int, *, key
 ) -> dict[str, np.ndarray | float]:
-    """Per-position loss sums, correct counts and scored counts (each (L,)) plus exact match."""
+    """Per-position loss sums, correct counts and scored counts (each (L,)) plus exact match.
+
+    With `eval.pad_to_longest` the batches (drawn exactly as without it) are padded to the
+    longest evaluated length and run through one forward program shared by all lengths; the
+    model is causal, so the padding changes no real position's loss and is cut off here."""
     ev = cfg.eval
     loss_sum = np.zeros(length)
     correct = np.zeros(length)
     count = np.zeros(length)
     exact = n_seq = 0.0
     operands = task.operands()
+    padded_length = max(length, *cfg.eval_lengths)
     for b in range(ev.batches):
-        (ls, cs, ns), ex, nq = _batch_sums(
-            model, task, operands, jax.random.fold_in(key, b), ev.batch_size, length, cfg
-        )
-        loss_sum += np.asarray(ls, np.float64)
-        correct += np.asarray(cs, np.float64)
-        count += np.asarray(ns, np.float64)
+        batch_key = jax.random.fold_in(key, b)
+        if ev.pad_to_longest:
+            # The key split runs outside the per-length program: one less threefry to compile.
+            keys = jax.random.split(batch_key)
+            batch, positions = _padded_batch(
+                task, operands, keys, ev.batch_size, length, cfg, padded_length
+            )
+            (ls, cs, ns), ex, nq = _padded_sums(model, batch, positions)
+        else:
+            (ls, cs, ns), ex, nq = _batch_sums(
+                model, task, operands, batch_key, ev.batch_size, length, cfg
+            )
+        loss_sum += np.asarray(ls, np.float64)[:length]
+        correct += np.asarray(cs, np.float64)[:length]
+        count += np.asarray(ns, np.float64)[:length]
         exact += float(ex)
         n_seq += float(nq)
     return {

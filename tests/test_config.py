@@ -49,7 +49,12 @@ def test_trial_id_is_stable_and_sensitive():
 
 def test_execution_settings_do_not_change_the_trial_id():
     a = tiny_trial()
-    changed = {"train.devices": 2, "ntk.chunk_size": 3, "ntk.pad_to_longest": False}
+    changed = {
+        "train.devices": 2,
+        "eval.pad_to_longest": True,
+        "ntk.chunk_size": 3,
+        "ntk.pad_to_longest": False,
+    }
     assert set(changed) == set(EXECUTION_FIELDS)
     assert replace(a, **changed).trial_id == a.trial_id
 

@@ -4,6 +4,8 @@ import math
 
 import pytest
 
+from rope_lab import evaluate
+from rope_lab.config import replace
 from rope_lab.evaluate import (
     evaluate_model,
     extrapolation_summary,
@@ -11,7 +13,7 @@ from rope_lab.evaluate import (
     format_table,
     scalings_for,
 )
-from rope_lab.train import make_model, make_task_from
+from rope_lab.train import make_model, make_task_from, token_losses
 from tests.helpers import tiny_trial
 
 COLUMNS = {
@@ -62,6 +64,51 @@ def test_rows_have_all_columns_and_consistent_buckets():
     assert math.isnan(buckets[0]["loss"]) and buckets[1]["loss"] == pytest.approx(
         by[("default", 16)]["loss"]
     )
+
+
+SHORT_AND_LONG = {"eval.length_multipliers": (0.5, 2.0)}  # fewer programs to compile
+
+
+@pytest.mark.parametrize(
+    ("kind", "changes", "lengths"),
+    [
+        ("rope", {}, {8, 16, 32}),  # scalings default, linear, dynamic (frequencies at each L)
+        ("alibi", SHORT_AND_LONG, {8, 32}),
+        ("learned", SHORT_AND_LONG, {8, 32}),
+    ],
+)
+def test_padding_to_the_longest_length_leaves_rows_unchanged(kind, changes, lengths):
+    cfg = replace(tiny_trial(kind), **changes)
+    model, task = make_model(cfg), make_task_from(cfg)
+    plain = evaluate_model(model, task, cfg, step=0)
+    padded = evaluate_model(model, task, replace(cfg, **{"eval.pad_to_longest": True}), step=0)
+    assert len(padded) == len(plain) and {r["length"] for r in plain} == lengths
+    for a, b in zip(plain, padded, strict=True):
+        assert set(a) == set(b) == COLUMNS
+        for col in ("step", "method", "factor", "finetune_steps", "length", "position_bucket"):
+            assert a[col] == b[col]
+        for col in ("loss", "accuracy", "exact_match"):
+            assert b[col] == pytest.approx(a[col], abs=1e-5, nan_ok=True)
+        assert b["perplexity"] == pytest.approx(a["perplexity"], rel=1e-5, nan_ok=True)
+
+
+def test_padded_forward_is_traced_once_for_every_length_and_scaling(monkeypatch):
+    # batch_size 3 is used by no other test: the forward program is not yet in the jit cache
+    cfg = replace(
+        tiny_trial("rope"), **{"eval.pad_to_longest": True, "eval.batch_size": 3, "eval.batches": 2}
+    )
+    traces = []
+
+    def counted(*args):
+        traces.append(args[2].shape)  # runs once per trace of the forward program
+        return token_losses(*args)
+
+    monkeypatch.setattr(evaluate, "token_losses", counted)
+    rows = evaluate_model(make_model(cfg), make_task_from(cfg), cfg, step=0)
+    assert {(r["method"], r["length"]) for r in rows} == {
+        (m, n) for m in ("default", "linear", "dynamic") for n in (8, 16, 32)
+    }
+    assert traces == [(3, 32)]
 
 
 def _row(method, length, acc, ft=0):
