@@ -322,7 +322,8 @@ def run_case(case: Case, module: str = "benchmarks.ntk", limit_gb: float = 14.0)
     """Run one case in a fresh worker (`python -m module --worker`); keep whatever it reported
     before dying. The address-space cap turns a runaway allocation into a failed case rather
     than a call on the shared machine's OOM killer."""
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", PYTHONUNBUFFERED="1")
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}  # glibc's defaults
+    env.update(MALLOC_MMAP_THRESHOLD_="65536", PYTHONUNBUFFERED="1")
     cmd = [sys.executable, "-m", module, "--worker", json.dumps(asdict(case))]
     limit = int(limit_gb * 2**30)
 

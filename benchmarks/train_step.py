@@ -46,6 +46,7 @@ from benchmarks.common import (
     median,
     record,
 )
+from rope_lab.allocator import reexec_tuned
 from rope_lab.config import ModelConfig, PositionConfig, TrainConfig, TrialConfig
 from rope_lab.model import Transformer, count_params, trainable
 from rope_lab.tasks import Batch, Operands, Task
@@ -307,6 +308,8 @@ def main(argv: list[str] | None = None) -> None:
         "--dtype", default="float32", choices=["float32", "bfloat16"], help="compute dtype"
     )
     args = parser.parse_args(argv)
+    if argv is None:  # as `rope-lab` runs: both sides share this process and its allocator
+        reexec_tuned()
     if args.quick:
         args.widths, args.repeats = [128], 3
 
@@ -396,7 +399,8 @@ def main(argv: list[str] | None = None) -> None:
         f"input embedding table). MFU (both sides) is against the JAX {MATMUL_N}^3 matmul "
         f"peak (`matmul_peak_flops`: {peak / 1e9:.1f} GFLOP/s at the start), re-timed per width "
         f"interleaved with the steps (column); torch's own matmul rate is shown beside it. Compile "
-        f"s: first rope_lab step."
+        f"s: first rope_lab step. Process allocator (both sides): "
+        f"`GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '')}` (see rope_lab/allocator.py)."
     )
     if slower:
         notes += f" rope_lab slower than torch at width(s) {slower}."

@@ -7,6 +7,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from rope_lab.allocator import reexec_tuned
+
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from rope_lab.config import load_trial
@@ -189,6 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; configuration errors print one line and exit 1, without a traceback."""
     from rope_lab.config import ConfigError
 
+    if argv is None:  # started as a command: restart once with the tuned allocator
+        reexec_tuned()
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))

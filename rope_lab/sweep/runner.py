@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from rope_lab.allocator import worker_env
 from rope_lab.config import TrialConfig, to_dict
 from rope_lab.results import is_finished, mark_success, trial_dir, write_trial_row
 from rope_lab.sweep.spec import Resources, SweepSpec
@@ -71,7 +72,12 @@ class RayRunner:
 
         self._ray = ray
         if not ray.is_initialized():
-            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+            ray.init(
+                address=address,
+                include_dashboard=False,
+                log_to_driver=False,
+                runtime_env={"env_vars": worker_env()},
+            )
         # Resources go to ray.remote itself, not .options(): only then does a GPU task get a
         # fresh worker process each time, so JAX's device memory is released between trials.
         self._remote = ray.remote(

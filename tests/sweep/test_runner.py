@@ -3,6 +3,7 @@
 import polars as pl
 import pytest
 
+from rope_lab import allocator
 from rope_lab.results import is_finished, load, trial_dir
 from rope_lab.sweep.runner import run_sweep
 from rope_lab.sweep.spec import load_spec
@@ -128,3 +129,25 @@ def test_a_stage_held_by_another_driver_is_left_alone(tiny_spec, tmp_path):
     other_driver.release()
     rerun = run_sweep(spec, out, runner="serial", progress=False)
     assert rerun.skipped == 1 and rerun.statuses[held.trial_id] == "done"
+
+
+def _allocator_setting() -> str | None:
+    import os
+
+    return os.environ.get("GLIBC_TUNABLES")
+
+
+@pytest.mark.ray
+@pytest.mark.skipif(
+    not allocator.applies({}), reason="glibc tunables exist on Linux with glibc only"
+)
+def test_ray_workers_start_with_the_tuned_allocator():
+    from rope_lab.sweep.runner import RayRunner
+    from rope_lab.sweep.spec import Resources
+
+    runner = RayRunner(Resources(num_cpus=1, num_gpus=0), max_retries=0)
+    try:
+        _, seen = runner.wait([runner.submit(_allocator_setting)])
+    finally:
+        runner.shutdown()
+    assert allocator.is_tuned({"GLIBC_TUNABLES": seen})
