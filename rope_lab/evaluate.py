@@ -23,6 +23,7 @@ from rope_lab.config import TrialConfig, thaw
 from rope_lab.model import Transformer, with_scaling
 from rope_lab.tasks import Batch, Task
 from rope_lab.train import batch_positions, token_losses, train
+from rope_lab.xla_options import FEW_CALLS
 
 NO_SCALING = "none"
 
@@ -59,13 +60,13 @@ def _sums(model: Transformer, batch: Batch, positions: Int[Array, "B P"]):
     return per_position, jnp.sum(exact), jnp.sum(jnp.any(mask, axis=1))
 
 
-@eqx.filter_jit
+@eqx.filter_jit(compiler_options=FEW_CALLS)  # type: ignore[call-overload]
 def _batch_sums(model: Transformer, task: Task, operands, key, batch_size: int, length: int, cfg):
     """Sampling and forward at `length` in one program (one compilation per length)."""
     return _sums(model, *_draw(task, operands, jax.random.split(key), batch_size, length, cfg))
 
 
-@eqx.filter_jit
+@eqx.filter_jit(compiler_options=FEW_CALLS)  # type: ignore[call-overload]
 def _padded_batch(
     task: Task, operands, keys, batch_size: int, length: int, cfg, padded_length: int
 ) -> tuple[Batch, Int[Array, "B P"]]:
@@ -86,7 +87,7 @@ def _padded_batch(
     return padded, jnp.pad(positions, pad, mode="edge")
 
 
-@eqx.filter_jit
+@eqx.filter_jit(compiler_options=FEW_CALLS)  # type: ignore[call-overload]
 def _padded_sums(model: Transformer, batch: Batch, positions: Int[Array, "B P"]):
     """`_sums` as the one forward program of `eval.pad_to_longest`: compiled once per model
     structure and (B, P), shared by every length and RoPE scaling (only arrays change)."""

@@ -52,6 +52,7 @@ from rope_lab.ntk import (
 )
 from rope_lab.tasks import Task
 from rope_lab.train import Hook, StepState
+from rope_lab.xla_options import FEW_CALLS
 
 TOTAL = "total"
 
@@ -83,7 +84,8 @@ def draw_probes(cfg: TrialConfig, task: Task) -> ProbeSets:
     """Probe sets of a trial, drawn once from its task with `ntk.seed`."""
     key = jax.random.PRNGKey(cfg.ntk.seed)
     n, length = cfg.ntk.probes, cfg.train.length
-    sample = eqx.filter_jit(task.sample)  # one program per length, not one per eager op
+    # one program per length, not one per eager op
+    sample = eqx.filter_jit(task.sample, compiler_options=FEW_CALLS)  # type: ignore[call-overload]
     short = sample(jax.random.fold_in(key, length), n, length)
     long = {L: np.asarray(sample(jax.random.fold_in(key, L), n, L).tokens) for L in cfg.ntk_lengths}
     return ProbeSets(

@@ -184,12 +184,20 @@ def make_position_encoding(
 
 
 def with_rope_scaling(encoding: RotaryPE, inv_freq: np.ndarray, attention_factor: float):
-    """The same rotary encoding with new frequencies (same shapes: no recompilation)."""
-    return eqx.tree_at(
-        lambda e: (e.inv_freq.value, e.attention_factor.value),
-        encoding,
-        (jnp.asarray(inv_freq, jnp.float32), jnp.asarray(attention_factor, jnp.float32)),
-    )
+    """The same rotary encoding with new frequencies (same shapes: no recompilation).
+
+    The new arrays are placed like the old ones: a compiled program is keyed on its arguments'
+    shardings too, so an uncommitted array in place of a committed one would recompile it."""
+    old = (encoding.inv_freq.value, encoding.attention_factor.value)
+    new = [jnp.asarray(x, jnp.float32) for x in (inv_freq, attention_factor)]
+    new = [_placed_like(x, o) for x, o in zip(new, old, strict=True)]
+    return eqx.tree_at(lambda e: (e.inv_freq.value, e.attention_factor.value), encoding, new)
+
+
+def _placed_like(new: Array, old: Array) -> Array:
+    if isinstance(old, jax.core.Tracer) or not isinstance(old, jax.Array):
+        return new
+    return jax.device_put(new, old.sharding) if old.committed else new
 
 
 def random_positions(key: PRNGKeyArray, length: int, max_length: int) -> Int[Array, " L"]:

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rope_lab.model import with_scaling
 from rope_lab.positions import alibi_slopes, random_positions
 from rope_lab.train import make_model
 from tests.helpers import tiny_trial
@@ -66,3 +67,17 @@ def test_random_positions_are_sorted_distinct_in_range(length, extra, seed):
     assert pos.shape == (length,)
     assert np.all(np.diff(pos) > 0)
     assert pos.min() >= 0 and pos.max() < max_length
+
+
+def test_rope_scaling_keeps_the_placement_so_compiled_programs_are_reused():
+    model = jax.device_put(make_model(tiny_trial("rope")), jax.devices()[0])  # committed
+    arrays, static = eqx.partition(model, eqx.is_array)
+    forward = jax.jit(lambda a, t: eqx.combine(a, static)(t))
+    tokens = jnp.arange(8) % 4
+    forward(arrays, tokens)
+    for kind, factor in [("linear", 2.0), ("yarn", 4.0), ("dynamic", 2.0)]:
+        scaled = with_scaling(model, kind, factor, seq_len=16)
+        freqs = scaled.position.inv_freq.value
+        assert freqs.committed and freqs.sharding == model.position.inv_freq.value.sharding
+        forward(eqx.filter(scaled, eqx.is_array), tokens)
+    assert forward._cache_size() == 1
