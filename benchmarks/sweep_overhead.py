@@ -175,6 +175,14 @@ def main() -> None:
         f"Rerun of the finished sweep (`rope-lab sweep run`, a new process): "
         f"{walls['rerun'][0]:.1f} s.",
     ]
+    fixed = [
+        sum(breakdown(stages)[c] for c in OVERHEAD) for stages in summaries[0].stages.values()
+    ]
+    notes.append(
+        f"Fixed cost per trial (compile + io + other, cache on; median over trials "
+        f"{statistics.median(fixed):.1f} s, range {min(fixed):.1f}-{max(fixed):.1f} s) would be "
+        f"{statistics.median(fixed) / 60:.0%} of a trial taking 60 s in all (derived)."
+    )
     if len(variants) == 2:
         on, off = walls[variants[0][0]], walls[variants[1][0]]
         notes.append(
