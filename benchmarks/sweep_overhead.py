@@ -1,6 +1,7 @@
 """Where a sweep's time goes: the smoke sweep broken down per trial into Ray scheduling and worker
 start, XLA compilation, training compute, evaluation, NTK tracking and IO; run cold with the
-persistent compilation cache, cold without it, and rerun once finished.
+persistent compilation cache (empty), again into a new folder with that cache warm, cold
+without a cache, and rerun once finished.
 
     .venv/bin/python -m benchmarks.sweep_overhead [--trials 8] [--no-nocache]
 
@@ -68,9 +69,10 @@ def breakdown(stages: list[dict]) -> dict[str, float]:
     return out
 
 
-def run(spec, out_dir: Path, *, cache: bool) -> tuple[SweepSummary, float]:
-    """Run the sweep into out_dir; returns the summary and the wall seconds."""
-    os.environ["ROPE_LAB_COMPILE_CACHE"] = "1" if cache else "0"
+def run(spec, out_dir: Path, *, cache: Path | None) -> tuple[SweepSummary, float]:
+    """Run the sweep into out_dir with the compilation cache folder `cache` (None: no cache);
+    returns the summary and the wall seconds."""
+    os.environ["ROPE_LAB_COMPILE_CACHE"] = "0" if cache is None else str(cache)
     start = time.perf_counter()
     summary = run_sweep(spec, out_dir, progress=False)
     return summary, time.perf_counter() - start
@@ -145,19 +147,23 @@ def main() -> None:
     if args.trials:
         spec = dataclasses.replace(spec, trials=spec.trials[: args.trials])
     sections, walls, summaries = [], {}, []
-    variants = [("persistent compilation cache on", True)]
-    if not args.no_nocache:
-        variants.append(("persistent compilation cache off", False))
     with tempfile.TemporaryDirectory() as tmp:
-        for label, cache in variants:
-            out_dir = Path(tmp) / label.replace(" ", "_")
-            summary, wall = run(spec, out_dir, cache=cache)
+        cache = Path(tmp) / "jax_cache"
+        variants: list[tuple[str, Path | None]] = [
+            ("persistent compilation cache on, empty", cache),
+            ("persistent compilation cache on, warm from the run above, new folder", cache),
+        ]
+        if not args.no_nocache:
+            variants.append(("persistent compilation cache off", None))
+        for i, (label, folder) in enumerate(variants):
+            out_dir = Path(tmp) / f"run{i}"
+            summary, wall = run(spec, out_dir, cache=folder)
             summaries.append(summary)
             text, sums = table(summary)
             walls[label] = (wall, sums)
             share = tracking_share(summary)
             sections.append(f"### {label}: sweep wall {wall:.1f} s\n\n{text}\n\n{share}")
-            if cache:
+            if "rerun" not in walls:
                 walls["rerun"] = (rerun_cli(args.spec, spec, out_dir), {})
     ray_start, ray_task = ray_costs(spec)
     n_stages = sum(len(stages) for stages in summaries[0].stages.values())
@@ -175,19 +181,22 @@ def main() -> None:
         f"Rerun of the finished sweep (`rope-lab sweep run`, a new process): "
         f"{walls['rerun'][0]:.1f} s.",
     ]
-    fixed = [
-        sum(breakdown(stages)[c] for c in OVERHEAD) for stages in summaries[0].stages.values()
-    ]
+    fixed = [sum(breakdown(stages)[c] for c in OVERHEAD) for stages in summaries[0].stages.values()]
     notes.append(
         f"Fixed cost per trial (compile + io + other, cache on; median over trials "
         f"{statistics.median(fixed):.1f} s, range {min(fixed):.1f}-{max(fixed):.1f} s) would be "
         f"{statistics.median(fixed) / 60:.0%} of a trial taking 60 s in all (derived)."
     )
-    if len(variants) == 2:
-        on, off = walls[variants[0][0]], walls[variants[1][0]]
+    cold, warm = walls[variants[0][0]], walls[variants[1][0]]
+    notes.append(
+        f"Empty vs warm cache: sweep wall {cold[0]:.1f} s vs {warm[0]:.1f} s; compile seconds "
+        f"summed over trials {cold[1]['compile']:.1f} vs {warm[1]['compile']:.1f}."
+    )
+    if len(variants) == 3:
+        off = walls[variants[2][0]]
         notes.append(
-            f"Cache on vs off: sweep wall {on[0]:.1f} s vs {off[0]:.1f} s; compile seconds summed "
-            f"over trials {on[1]['compile']:.1f} vs {off[1]['compile']:.1f}."
+            f"Empty cache vs no cache: sweep wall {cold[0]:.1f} s vs {off[0]:.1f} s; compile "
+            f"seconds {cold[1]['compile']:.1f} vs {off[1]['compile']:.1f}."
         )
     record(
         f"sweep_overhead: {spec.name}, {len(spec.trials)} trials, in-process Ray",

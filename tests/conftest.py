@@ -1,9 +1,14 @@
 """Strict numerics for every test, and small shared fixtures."""
 
+import os
+import tempfile
+
 import jax
 import pytest
 from hypothesis import HealthCheck, settings
 
+# Sweep stages share a persistent compilation cache; tests get their own, not the user's.
+os.environ.setdefault("ROPE_LAB_COMPILE_CACHE", tempfile.mkdtemp(prefix="rope_lab_jax_cache_"))
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_numpy_dtype_promotion", "standard")
 

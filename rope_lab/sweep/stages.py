@@ -44,13 +44,31 @@ def read_done(path: Path) -> dict | None:
     return json.loads(marker.read_text()) if marker.exists() else None
 
 
-def _setup_jax(run_dir: str | Path) -> None:
-    """Persistent compilation cache in the run directory (off with ROPE_LAB_COMPILE_CACHE=0)."""
+def compile_cache_dir() -> Path | None:
+    """The persistent XLA compilation cache shared by every run: `$ROPE_LAB_COMPILE_CACHE` (a
+    folder, or 0 for none), else `$XDG_CACHE_HOME/rope_lab/jax` (default `~/.cache/...`).
+
+    One folder for all runs, so a rerun into a new folder, a later sweep with the same shapes,
+    and workers on other nodes that share the home directory reuse compiled programs (JAX keys
+    entries on the program, compile options, device and versions; it reads its cache folder
+    once per process, so a per-run folder would hold only a worker's first run's programs).
+    """
+    setting = os.environ.get("ROPE_LAB_COMPILE_CACHE", "")
+    if setting == "0":
+        return None
+    if setting and setting != "1":
+        return Path(setting).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "rope_lab" / "jax"
+
+
+def _setup_jax() -> None:
+    """Point JAX at the persistent compilation cache (`compile_cache_dir`), if any."""
     import jax
 
-    if os.environ.get("ROPE_LAB_COMPILE_CACHE", "1") == "0":
+    cache = compile_cache_dir()
+    if cache is None:
         return
-    cache = Path(run_dir) / ".jax_cache"
     cache.mkdir(parents=True, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", str(cache))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
@@ -70,7 +88,7 @@ def _guarded(run_dir: str | Path, trial_id: str, stage: str, work) -> dict:
         done = read_done(folder)  # finished by another driver between the check and the lease
         if done is not None:
             return {**done, "cached": True}
-        _setup_jax(run_dir)
+        _setup_jax()
         result = {"stage": stage, "trial_id": trial_id, "started_at": start, **work()}
         result["wall_time_s"] = time.time() - start
         result["finished_at"] = time.time()

@@ -7,6 +7,7 @@ from rope_lab import allocator
 from rope_lab.results import is_finished, load, trial_dir
 from rope_lab.sweep.runner import run_sweep
 from rope_lab.sweep.spec import load_spec
+from rope_lab.sweep.stages import compile_cache_dir
 from tests.sweep.conftest import write_spec
 
 
@@ -20,6 +21,7 @@ def test_serial_sweep_tables_checkpoints_and_rerun(tiny_spec, tmp_path):
     out = tmp_path / "runs"
     summary = run_sweep(spec, out, runner="serial", progress=False)
     assert summary.count("done") == 2
+    assert any(compile_cache_dir().iterdir())  # compiled programs kept for later runs
     run_dir = out / "tiny"
     res = load(run_dir)
     trials = res.trials.collect()
