@@ -32,7 +32,6 @@ from rope_lab.parallel import (
 )
 from rope_lab.positions import random_positions
 from rope_lab.tasks import Batch, Task, make_task
-from rope_lab.xla_options import FEW_CALLS
 
 
 def make_task_from(cfg: TrialConfig) -> Task:
@@ -40,15 +39,11 @@ def make_task_from(cfg: TrialConfig) -> Task:
     return make_task(cfg.task.name, cfg.task.vocab_size, **thaw(cfg.task.params))
 
 
-_init_model = eqx.filter_jit(Transformer, compiler_options=FEW_CALLS)  # type: ignore[call-overload]
-
-
 def make_model(cfg: TrialConfig, key: PRNGKeyArray | None = None) -> Transformer:
     """The trial's freshly initialised model (key defaults to one derived from train.seed)."""
     if key is None:
         key = jax.random.fold_in(jax.random.PRNGKey(cfg.train.seed), 0)
-    # One compiled program instead of a small one per eager initialiser op.
-    return _init_model(
+    return Transformer(
         cfg.model,
         cfg.task.vocab_size,
         train_length=cfg.train.length,
