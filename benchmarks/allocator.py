@@ -20,12 +20,13 @@ import sys
 import time
 
 from benchmarks.common import markdown_table, median, record
+from benchmarks.train_step import Shape
 from rope_lab import allocator
 
 
 def worker(width: int) -> None:
     """Child process: build the train step at `width`, then time one step per line of stdin."""
-    from benchmarks.train_step import Shape, make_batch, rope_lab_side
+    from benchmarks.train_step import make_batch, rope_lab_side
 
     shape = Shape(vocab=256, width=width)
     tokens, targets = make_batch(shape)
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
         for proc in procs.values():
             proc.communicate("")
         med = {n: {k: median([s[k] for s in ss]) for k in ss[0]} for n, ss in samples.items()}
-        tokens = 16 * 256
+        tokens = Shape(vocab=256, width=width).tokens
         print(f"width {width}: {med}")
         rows.append(
             [
