@@ -8,7 +8,10 @@ Speed (see `benchmarks/train_step.py`): q, k, v and the SwiGLU gate and up proje
 one matmul against their weights concatenated at call time (the parameter tree is unchanged). Under
 `jax.vmap` over a batch, XLA on CPU otherwise turns each weight gradient into a slow transposing
 copy of the output cotangent fused with the activation's backward; one wider matmul avoids most of
-that. Attention runs on heads-major (H, L, Dh) operands.
+that; `lax.split` (not slicing) separates the outputs, so the backward pass concatenates the parts
+instead of summing zero-padded copies. Attention runs on heads-major (H, L, Dh) operands, in query
+blocks that each see only their causal key prefix (`causal_blocks`), skipping most of the masked
+upper triangle: at width 256, L 256 on CPU these two changes made the train step 1.2x faster.
 
 Parametrisations (`sp`, `ntk`, `mup`) differ in init scale, forward multipliers, the attention
 logit scale and per-group learning-rate multipliers (`lr_multipliers`):
@@ -43,6 +46,10 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # Blocks unrolled per scan iteration: all of them up to this depth, then a loop over groups of this
 # many (compile time stays flat with depth; fully unrolled is ~8% faster per step at depth 4).
 MAX_UNROLL = 8
+# Causal attention runs in query blocks of at least this size, at most this many per layer (see
+# `causal_blocks`); at L = 256, 4 blocks were the fastest of 1, 2, 4 and 8 on CPU.
+ATTENTION_BLOCK = 64
+MAX_ATTENTION_BLOCKS = 8
 
 
 class Linear(eqx.Module):
@@ -69,13 +76,13 @@ def fused_linear(x: Float[Array, "... in"], *layers: Linear) -> list[Float[Array
     """
     weight = jnp.concatenate([layer.weight for layer in layers]).astype(x.dtype)
     y = x @ weight.T
-    outs, start = [], 0
-    for layer in layers:
-        stop = start + layer.weight.shape[0]
-        part = y[..., start:stop]
-        outs.append(part * layer.multiplier if layer.multiplier != 1.0 else part)
-        start = stop
-    return outs
+    # lax.split, not slicing: its transpose is one concatenate, where slices transpose to a
+    # zero-padded copy of the whole output per part, summed.
+    parts = jax.lax.split(y, [layer.weight.shape[0] for layer in layers], axis=y.ndim - 1)
+    return [
+        part * layer.multiplier if layer.multiplier != 1.0 else part
+        for part, layer in zip(parts, layers, strict=True)
+    ]
 
 
 def _linear(cfg: ModelConfig, fan_in: int, fan_out: int, key, *, readout: bool = False) -> Linear:
@@ -134,12 +141,17 @@ class Attention(eqx.Module):
         length, width = t.shape
         return t.reshape(length, self.heads, width // self.heads)
 
+    def _rotated(
+        self, q: Array, k: Array, positions: Array, encoding: PositionEncoding
+    ) -> tuple[Float[Array, "H L Dh"], Float[Array, "H L Dh"]]:
+        q, k = encoding.rotate(self._split(q), self._split(k), positions)
+        # Heads-major (H, L, Dh) operands: both attention matmuls are plain batched matmuls.
+        return q.transpose(1, 0, 2), k.transpose(1, 0, 2)
+
     def _scores(
         self, q: Array, k: Array, positions: Array, encoding: PositionEncoding
     ) -> Float[Array, "H L L"]:
-        q, k = encoding.rotate(self._split(q), self._split(k), positions)
-        # Heads-major (H, L, Dh) operands: both attention matmuls are plain batched matmuls.
-        q, k = q.transpose(1, 0, 2), k.transpose(1, 0, 2)
+        q, k = self._rotated(q, k, positions, encoding)
         logits = jnp.einsum("hqd,hkd->hqk", q, k).astype(jnp.float32) * self.scale
         bias = encoding.bias(positions)
         return logits if bias is None else logits + bias
@@ -157,12 +169,43 @@ class Attention(eqx.Module):
         """Attend causally over the sequence index (not over position values)."""
         length, width = x.shape
         q, k, v = fused_linear(x, self.q, self.k, self.v)
-        logits = self._scores(q, k, positions, encoding)
-        causal = jnp.tril(jnp.ones((length, length), dtype=bool))
-        logits = jnp.where(causal[None], logits, -jnp.inf)
-        weights = jax.nn.softmax(logits, axis=-1).astype(x.dtype)
-        out = jnp.einsum("hqk,hkd->hqd", weights, self._split(v).transpose(1, 0, 2))
+        q, k = self._rotated(q, k, positions, encoding)
+        v = self._split(v).transpose(1, 0, 2)
+        bias = encoding.bias(positions)
+        out = jnp.concatenate(
+            [
+                self._attend_block(q[:, start:stop], k, v, bias, start, stop, x.dtype)
+                for start, stop in causal_blocks(length)
+            ],
+            axis=1,
+        )
         return self.o(out.transpose(1, 0, 2).reshape(length, width))
+
+    def _attend_block(
+        self, q: Array, k: Array, v: Array, bias: Array | None, start: int, stop: int, dtype
+    ) -> Float[Array, "H B Dh"]:
+        """Outputs of the queries (H, B, Dh) at [start, stop), which see keys [0, stop) only."""
+        logits = jnp.einsum("hqd,hkd->hqk", q, k[:, :stop]).astype(jnp.float32)
+        logits = logits * self.scale
+        if bias is not None:
+            logits = logits + bias[:, start:stop, :stop]
+        causal = jnp.arange(start, stop)[:, None] >= jnp.arange(stop)[None, :]
+        logits = jnp.where(causal[None], logits, -jnp.inf)
+        weights = jax.nn.softmax(logits, axis=-1).astype(dtype)
+        return jnp.einsum("hqk,hkd->hqd", weights, v[:, :stop])
+
+
+def causal_blocks(length: int) -> list[tuple[int, int]]:
+    """Query blocks [(start, stop)) tiling range(length) for causal attention.
+
+    Each block attends to keys [0, stop) only, so the matmuls and the softmax skip most of the
+    masked upper triangle: with n blocks they cost (n + 1) / (2 n) of full attention. Blocks hold
+    at least ATTENTION_BLOCK queries and there are at most MAX_ATTENTION_BLOCKS of them, since each
+    is a separately compiled pair of matmuls.
+    """
+    n = max(1, min(MAX_ATTENTION_BLOCKS, length // ATTENTION_BLOCK))
+    size = -(-length // n)
+    return [(start, min(start + size, length)) for start in range(0, length, size)]
 
 
 class MLP(eqx.Module):

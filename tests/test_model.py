@@ -1,6 +1,7 @@
 """The Transformer: shapes, causality, scaling swaps, parametrisations."""
 
 import dataclasses
+import itertools
 
 import equinox as eqx
 import jax
@@ -10,8 +11,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rope_lab import model as model_module
 from rope_lab.config import replace
-from rope_lab.model import count_params, decay_mask, lr_multipliers, trainable, with_scaling
+from rope_lab.model import (
+    causal_blocks,
+    count_params,
+    decay_mask,
+    lr_multipliers,
+    trainable,
+    with_scaling,
+)
 from rope_lab.positions import Frozen
 from rope_lab.train import make_model
 from tests.helpers import tiny_trial
@@ -48,6 +57,51 @@ def test_dynamic_equals_default_up_to_train_length(length, factor, seed):
     tokens = jax.random.randint(jax.random.PRNGKey(seed), (length,), 0, 24)
     dynamic = with_scaling(model, "dynamic", factor, seq_len=length)
     np.testing.assert_array_equal(forward(dynamic, tokens), forward(model, tokens))
+
+
+@given(length=st.integers(1, 2000))
+def test_causal_blocks_tile_the_sequence(length):
+    blocks = causal_blocks(length)
+    assert blocks[0][0] == 0 and blocks[-1][1] == length
+    assert all(stop == start for (_, stop), (start, _) in itertools.pairwise(blocks))
+    assert 1 <= len(blocks) <= model_module.MAX_ATTENTION_BLOCKS
+    if len(blocks) > 1:
+        assert min(stop - start for start, stop in blocks) >= model_module.ATTENTION_BLOCK // 2
+        assert max(stop - start for start, stop in blocks) >= model_module.ATTENTION_BLOCK
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("length", [12, 13])
+def test_blocked_causal_attention_equals_full_attention(kind, length, monkeypatch):
+    """Query blocks that see only their key prefix give full masked attention's outputs and
+    gradients (ATTENTION_BLOCK 4: blocks of 4, 4, 4 at L = 12 and 5, 5, 3 at L = 13)."""
+    model = MODELS[kind]
+    tokens = jax.random.randint(jax.random.PRNGKey(length), (length,), 0, 24)
+    positions = jnp.arange(length) + 3
+
+    def run(block):
+        monkeypatch.setattr(model_module, "ATTENTION_BLOCK", block)
+
+        def loss(m):  # a new function per setting: the block layout is fixed at trace time
+            return jnp.sum(jnp.sin(m(tokens, positions)))
+
+        return eqx.filter_jit(eqx.filter_value_and_grad(loss))(model)
+
+    blocks = []
+    monkeypatch.setattr(model_module, "causal_blocks", _recording(causal_blocks, blocks))
+    (full, full_grads), (split, split_grads) = run(10_000), run(4)
+    assert [len(b) for b in blocks] == [1, 3]  # the layer scan traces its body once
+    np.testing.assert_allclose(split, full, rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(split_grads), jax.tree.leaves(full_grads), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def _recording(fn, calls):
+    def wrapped(length):
+        calls.append(fn(length))
+        return calls[-1]
+
+    return wrapped
 
 
 def test_dynamic_differs_beyond_train_length():
