@@ -116,10 +116,11 @@ def _outputs(
 
 
 @eqx.filter_jit
-def _features(params, static, tokens, positions, masks, kind: str, u):
-    """Gradient features of a chunk and their squared row norms.
+def _features(params, static, tokens, positions, masks, kind: str, u, with_norms: bool):
+    """Gradient features of a chunk and, if asked, their squared row norms.
 
-    tokens/positions (B, L), masks (B, R, L) -> ([(B R, C p_leaf) per leaf], (B R,)).
+    tokens/positions (B, L), masks (B, R, L) -> ([(B R, C p_leaf) per leaf], (B R,) or None).
+    The norms are one more pass over all features, so only callers that use them ask.
     """
     TRACES["features"] += 1
     batch, rows = masks.shape[:2]
@@ -132,7 +133,7 @@ def _features(params, static, tokens, positions, masks, kind: str, u):
         return [leaf.reshape(rows, -1) for leaf in jax.tree.leaves(jac)]
 
     feats = [f.reshape(batch * rows, -1) for f in jax.vmap(one)(tokens, positions, masks)]
-    return feats, sum(jnp.sum(f * f, axis=1) for f in feats)
+    return feats, sum(jnp.sum(f * f, axis=1) for f in feats) if with_norms else None
 
 
 @eqx.filter_jit
@@ -200,7 +201,7 @@ def _side(tokens, positions, masks: np.ndarray, chunk_size: int | None, per_row:
     return _Side(tok, pos, chunks, n * r0)
 
 
-def _chunk_features(params, static, side: _Side, chunk, kind: str, u):
+def _chunk_features(params, static, side: _Side, chunk, kind: str, u, with_norms: bool):
     seq, masks, _ = chunk
     return _features(
         params,
@@ -210,6 +211,7 @@ def _chunk_features(params, static, side: _Side, chunk, kind: str, u):
         jnp.asarray(masks, jnp.float32),
         kind,
         u,
+        with_norms,
     )
 
 
@@ -224,14 +226,15 @@ def _same(a: _Side, b: _Side) -> bool:
 
 
 def _kernel(
-    model, side1: _Side, side2: _Side, output
-) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
-    """Per-group kernels (rows1, rows2) and squared feature norms of both sides' rows."""
+    model, side1: _Side, side2: _Side, output, with_norms: bool = False
+) -> tuple[dict[str, np.ndarray], np.ndarray | None, np.ndarray | None]:
+    """Per-group kernels (rows1, rows2) and, if asked, squared feature norms of both sides'
+    rows (else None)."""
     kind, u = _output_spec(model, output)
     params, static = eqx.partition(model, trainable(model))
     groups = _leaf_groups(params)
     symmetric = _same(side1, side2)
-    feats = lambda side, chunk: _chunk_features(params, static, side, chunk, kind, u)
+    feats = lambda side, chunk: _chunk_features(params, static, side, chunk, kind, u, with_norms)
     blocks, norms1, norms2 = [], [], []
     cached2 = feats(side2, side2.chunks[0]) if len(side2.chunks) == 1 and not symmetric else None
     for i, c1 in enumerate(side1.chunks):
@@ -256,6 +259,8 @@ def _kernel(
             out[g][np.ix_(rows1[v1], rows2[v2])] = value[np.ix_(v1, v2)]
             if symmetric:
                 out[g][np.ix_(rows2[v2], rows1[v1])] = value[np.ix_(v1, v2)].T
+    if not with_norms:
+        return out, None, None
     return out, _scatter(norms1, side1.n_rows), _scatter(norms2 or norms1, side2.n_rows)
 
 
@@ -342,6 +347,7 @@ def gradient_features(
                 jnp.asarray(m[seq]),
                 kind,
                 u,
+                False,
             )
             keep = min(b, n - start) * m.shape[1]
             parts.append([np.asarray(f)[:keep] for f in feats])
@@ -468,7 +474,8 @@ def tail_kernel(
         side1 = _side(long_tokens, positions_long, masks, chunk_size, False)
         l_short = np.shape(short_tokens)[1]
         side2 = _side(short_tokens, positions_short, _sequence_masks(l_short), chunk_size, False)
-        groups, sq1, sq2 = _kernel(model, side1, side2, output)
+        groups, sq1, sq2 = _kernel(model, side1, side2, output, with_norms=True)
+    assert sq1 is not None and sq2 is not None
     total = total_kernel(groups).reshape(n_long, 2, -1)
     sq1 = sq1.reshape(n_long, 2)
     out = {"tail_sqnorm": sq1[:, 0], "head_sqnorm": sq1[:, 1], "short_sqnorm": sq2}
