@@ -318,12 +318,23 @@ class Outcome:
     seconds: float = 0.0
 
 
-def run_case(case: Case, module: str = "benchmarks.ntk", limit_gb: float = 14.0) -> Outcome:
+def run_case(
+    case: Case, module: str = "benchmarks.ntk", limit_gb: float = 14.0, tuned: bool = False
+) -> Outcome:
     """Run one case in a fresh worker (`python -m module --worker`); keep whatever it reported
     before dying. The address-space cap turns a runaway allocation into a failed case rather
-    than a call on the shared machine's OOM killer."""
+    than a call on the shared machine's OOM killer. The worker runs under glibc's default
+    malloc with a 64 KiB mmap threshold, so freed buffers leave the resident set and its peak
+    can be measured, or, with `tuned`, under the allocator `rope-lab` itself uses (faster, but
+    the resident set then keeps its peak: no memory measurement)."""
     env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}  # glibc's defaults
-    env.update(MALLOC_MMAP_THRESHOLD_="65536", PYTHONUNBUFFERED="1")
+    if tuned:
+        from rope_lab.allocator import worker_env
+
+        env.update(worker_env())
+    else:
+        env.update(MALLOC_MMAP_THRESHOLD_="65536")
+    env.update(PYTHONUNBUFFERED="1")
     cmd = [sys.executable, "-m", module, "--worker", json.dumps(asdict(case))]
     limit = int(limit_gb * 2**30)
 

@@ -15,7 +15,11 @@ Every neural-tangents kernel is checked against rope_lab's before it is timed (m
 difference in the table). JACOBIAN_CONTRACTION runs at every size; AUTO, NTK_VECTOR_PRODUCTS
 and STRUCTURED_DERIVATIVES (slower or far more memory in benchmarks/RESULTS.md) only where the
 Jacobian is small. Each case runs in a fresh worker (`benchmarks.ntk.run_case`): times are
-medians of interleaved repeats after a first (compiling) call.
+medians of interleaved repeats after a first (compiling) call. Workers run under the malloc
+settings `rope-lab` uses (`rope_lab/allocator.py`) unless `--allocator measure` asks for
+glibc's defaults with a 64 KiB mmap threshold, as benchmarks/ntk.py uses to measure peak
+memory: there every buffer over 64 KiB is mapped and page-faulted afresh, which costs the
+candidate with more temporaries more time.
 """
 
 from __future__ import annotations
@@ -159,7 +163,7 @@ HEADER = [
 ]
 
 
-def row(o: Outcome) -> list[object]:
+def row(o: Outcome, memory: bool = True) -> list[object]:
     """One table row: neural-tangents times as multiples of rope_lab's (> 1: rope_lab faster)."""
     v, c = o.values, o.case
     rope = _ms(v.get("rope_lab_times", []))
@@ -172,7 +176,8 @@ def row(o: Outcome) -> list[object]:
         else:
             cells.append(v.get(f"{name}_status", "-" if name not in implementations(c) else "?"))
     peak_nt = v.get("JACOBIAN_CONTRACTION_peak_mb", math.nan)
-    cells.append(f"{v.get('rope_lab_peak_mb', math.nan):.0f} / {peak_nt:.0f}")
+    memory_cell = f"{v.get('rope_lab_peak_mb', math.nan):.0f} / {peak_nt:.0f}"
+    cells.append(memory_cell if memory else "-")
     return [*cells, len(v.get("rope_lab_times", []))]
 
 
@@ -195,23 +200,39 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="two sizes")
     parser.add_argument("--outputs", nargs="+", default=["u", "trace"], choices=["u", "trace"])
     parser.add_argument("--no-record", action="store_true", help="print, do not append")
+    parser.add_argument(
+        "--allocator",
+        choices=["tuned", "measure"],
+        default="tuned",
+        help="rope-lab's malloc settings (times) or glibc defaults (times and peak memory)",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         _worker(Case(**json.loads(args.worker)))
         return
+    tuned = args.allocator == "tuned"
 
     from benchmarks.common import markdown_table, record
 
     start = time.perf_counter()
     outcomes = []
     for case in cases(args.quick, args.outputs):
-        outcomes.append(run_case(case, module="benchmarks.ntk_same_jax"))
-        print(f"{case.label}: {outcomes[-1].seconds:.0f} s {row(outcomes[-1])}", flush=True)
-    table = markdown_table(HEADER, [row(o) for o in outcomes])
-    notes = NOTES + f" Total {time.perf_counter() - start:.0f} s."
-    title = "NTK sequence kernel: rope_lab vs neural-tangents, same jax" + (
-        " (quick)" if args.quick else ""
+        outcomes.append(run_case(case, module="benchmarks.ntk_same_jax", tuned=tuned))
+        cells = row(outcomes[-1], memory=not tuned)
+        print(f"{case.label}: {outcomes[-1].seconds:.0f} s {cells}", flush=True)
+    table = markdown_table(HEADER, [row(o, memory=not tuned) for o in outcomes])
+    malloc = (
+        "Workers under rope-lab's malloc settings (rope_lab/allocator.py), where the resident "
+        "set keeps its peak, so no peak RSS rise (run with --allocator measure for it)."
+        if tuned
+        else "Workers under glibc's default malloc, mmap threshold 64 KiB (peak RSS measurable)."
+    )
+    notes = f"{NOTES} {malloc} Total {time.perf_counter() - start:.0f} s."
+    title = (
+        "NTK sequence kernel: rope_lab vs neural-tangents, same jax"
+        + (" (quick)" if args.quick else "")
+        + ("" if tuned else ", glibc default malloc")
     )
     if args.no_record:
         print(f"\n## {title}\n\n{table}\n\n{notes}")
