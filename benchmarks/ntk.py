@@ -136,25 +136,15 @@ def _emit(**kw) -> None:
     print("RESULT " + json.dumps(kw), flush=True)
 
 
-def _worker(case: Case) -> None:
-    import equinox as eqx
+def bench_inputs(case: Case):
+    """The benchmark model (matmul precision set to highest) and its inputs: model, readout u
+    (V,), tokens (N, L), long tokens (N, 4 L); the same for every worker of a case."""
     import jax
-    import jax.numpy as jnp
     import numpy as np
-    from jax.flatten_util import ravel_pytree
 
-    from benchmarks.common import interleaved
-    from rope_lab.config import ModelConfig, NTKConfig, PositionConfig
-    from rope_lab.model import Transformer, count_params, trainable
-    from rope_lab.ntk import (
-        feature_kernels,
-        gradient_features,
-        position_kernel,
-        sequence_kernel,
-        total_kernel,
-    )
+    from rope_lab.config import ModelConfig, PositionConfig
+    from rope_lab.model import Transformer, count_params
 
-    assert NTKConfig().chunk_size == TRACKING["chunk_size"] and NTKConfig().output == "random"
     jax.config.update("jax_default_matmul_precision", "highest")
     cfg = ModelConfig(width=case.width, depth=DEPTH, position=PositionConfig(kind="rope"))
     train_length = TRACKING["length"] if case.kernel == "step" else case.length
@@ -166,6 +156,29 @@ def _worker(case: Case) -> None:
     u = rng.normal(size=VOCAB).astype(np.float32)
     tokens = rng.integers(0, VOCAB, (case.n, case.length)).astype(np.int32)
     long = rng.integers(0, VOCAB, (case.n, case.length * TRACKING["multiplier"])).astype(np.int32)
+    return model, u, tokens, long
+
+
+def _worker(case: Case) -> None:
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.flatten_util import ravel_pytree
+
+    from benchmarks.common import interleaved
+    from rope_lab.config import NTKConfig
+    from rope_lab.model import trainable
+    from rope_lab.ntk import (
+        feature_kernels,
+        gradient_features,
+        position_kernel,
+        sequence_kernel,
+        total_kernel,
+    )
+
+    assert NTKConfig().chunk_size == TRACKING["chunk_size"] and NTKConfig().output == "random"
+    model, u, tokens, long = bench_inputs(case)
     output = u if case.output == "u" else "trace"
 
     params, static = eqx.partition(model, trainable(model))

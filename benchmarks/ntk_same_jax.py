@@ -39,6 +39,7 @@ from benchmarks.ntk import (
     _emit,
     _measured,
     _ms,
+    bench_inputs,
     jacobian_gb,
     n_params,
     run_case,
@@ -64,19 +65,11 @@ def _worker(case: Case) -> None:
 
     from benchmarks.common import interleaved
     from benchmarks.nt_compat import load_empirical
-    from rope_lab.config import ModelConfig, PositionConfig
-    from rope_lab.model import Transformer, trainable
+    from rope_lab.model import trainable
     from rope_lab.ntk import sequence_kernel
 
     empirical = load_empirical()
-    jax.config.update("jax_default_matmul_precision", "highest")
-    cfg = ModelConfig(width=case.width, depth=DEPTH, position=PositionConfig(kind="rope"))
-    model = Transformer(
-        cfg, VOCAB, train_length=case.length, max_length=4096, key=jax.random.PRNGKey(0)
-    )
-    rng = np.random.default_rng(1)
-    u = rng.normal(size=VOCAB).astype(np.float32)
-    tokens = rng.integers(0, VOCAB, (case.n, case.length)).astype(np.int32)
+    model, u, tokens, _ = bench_inputs(case)
     params, static = eqx.partition(model, trainable(model))
     u_dev, tokens_dev, scale = jnp.asarray(u), jnp.asarray(tokens), 1.0 / math.sqrt(VOCAB)
 
