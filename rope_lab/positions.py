@@ -38,8 +38,8 @@ class Frozen(eqx.Module):
 class PositionEncoding(eqx.Module):
     """Base class: no position information anywhere (NoPE)."""
 
-    def embed(self, positions: Array) -> Float[Array, "L D"] | None:
-        """Additive input embedding for positions (L,), or None."""
+    def embed(self, positions: Array) -> Float[Array, "*B L D"] | None:
+        """Additive input embedding for positions (*B, L), or None."""
         return None
 
     def rotate(
@@ -65,8 +65,8 @@ class LearnedPE(PositionEncoding):
     def __init__(self, max_length: int, width: int, *, key: PRNGKeyArray, std: float = 1.0):
         self.table = std * jax.random.normal(key, (max_length, width))
 
-    def embed(self, positions: Array) -> Float[Array, "L D"]:
-        """Rows of the table at integer positions (L,)."""
+    def embed(self, positions: Array) -> Float[Array, "*B L D"]:
+        """Rows of the table at integer positions (*B, L)."""
         return self.table[positions.astype(jnp.int32)]
 
 
@@ -76,13 +76,15 @@ class SinusoidalPE(PositionEncoding):
     width: int = eqx.field(static=True)
     base: float = eqx.field(static=True, default=10000.0)
 
-    def embed(self, positions: Array) -> Float[Array, "L D"]:
-        """(L, D) sinusoids at positions (L,)."""
+    def embed(self, positions: Array) -> Float[Array, "*B L D"]:
+        """(*B, L, D) sinusoids at positions (*B, L)."""
         half = (self.width + 1) // 2
         freqs = self.base ** (-2.0 * jnp.arange(half, dtype=jnp.float32) / self.width)
-        angles = positions.astype(jnp.float32)[:, None] * freqs[None, :]
-        pe = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1).reshape(-1, 2 * half)
-        return pe[:, : self.width]
+        angles = positions.astype(jnp.float32)[..., None] * freqs.reshape(
+            (1,) * positions.ndim + (half,)
+        )
+        pe = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1)
+        return pe.reshape(*positions.shape, 2 * half)[..., : self.width]
 
 
 class RotaryPE(PositionEncoding):

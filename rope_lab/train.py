@@ -110,7 +110,7 @@ def token_losses(
     model: Transformer, batch: Batch, positions: Int[Array, "B L"]
 ) -> tuple[Float[Array, "B L"], Bool[Array, "B L"]]:
     """Per-token cross-entropy (B, L) and whether the argmax prediction is right (B, L)."""
-    logits = jax.vmap(model)(batch.tokens, positions)
+    logits = model(batch.tokens, positions)
     losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch.targets)
     return losses, jnp.argmax(logits, axis=-1) == batch.targets
 
