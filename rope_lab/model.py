@@ -200,7 +200,7 @@ class Attention(eqx.Module):
         bias = encoding.bias(positions)
         out = jnp.concatenate(
             [
-                self._attend_block(q[:, start:stop], k, v, bias, start, stop, v.dtype)
+                self._attend_block(q[:, start:stop], k, v, bias, start, stop)
                 for start, stop in causal_blocks(length)
             ],
             axis=1,
@@ -208,7 +208,7 @@ class Attention(eqx.Module):
         return out.transpose(1, 0, 2).reshape(length, width)
 
     def _attend_block(
-        self, q: Array, k: Array, v: Array, bias: Array | None, start: int, stop: int, dtype
+        self, q: Array, k: Array, v: Array, bias: Array | None, start: int, stop: int
     ) -> Float[Array, "H B Dh"]:
         """Outputs of the queries (H, B, Dh) at [start, stop), which see keys [0, stop) only."""
         logits = jnp.einsum("hqd,hkd->hqk", q, k[:, :stop]).astype(jnp.float32)
@@ -217,7 +217,7 @@ class Attention(eqx.Module):
             logits = logits + bias[:, start:stop, :stop]
         causal = jnp.arange(start, stop)[:, None] >= jnp.arange(stop)[None, :]
         logits = jnp.where(causal[None], logits, -jnp.inf)
-        weights = jax.nn.softmax(logits, axis=-1).astype(dtype)
+        weights = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
         return jnp.einsum("hqk,hkd->hqd", weights, v[:, :stop])
 
 
