@@ -503,11 +503,16 @@ def validate(cfg: TrialConfig) -> TrialConfig:
         task = tasks.make_task(t.name, t.vocab_size, **thaw(t.params))
     except ValueError as err:
         raise ConfigError(f"task: {err}") from None
-    checks = [("train.length", tr.length)]
-    checks += [("eval.length_multipliers", n) for n in cfg.eval_lengths]
-    for key_path, length in checks:
+    checks = [("train.length", tr.length, "train")]
+    checks += [("eval.length_multipliers", n, "eval") for n in cfg.eval_lengths]
+    if cfg.eval.finetune_steps > 0:
+        checks += [("eval.factors", round(f * tr.length), "train") for f in cfg.eval.factors]
+    if cfg.ntk.enabled:
+        checks += [("train.length", tr.length, "eval")]
+        checks += [("ntk.probe_multipliers", n, "eval") for n in cfg.ntk_lengths]
+    for key_path, length, split in checks:
         try:
-            task.validate(length)
+            task.validate(length, split)
         except ValueError as err:
             raise ConfigError(f"{key_path}: length {length} does not fit the task: {err}") from None
 

@@ -107,7 +107,7 @@ def evaluate_length(
     correct = np.zeros(length)
     count = np.zeros(length)
     exact = n_seq = 0.0
-    operands = task.operands()
+    operands = task.operands("eval")
     padded_length = max(length, *cfg.eval_lengths)
     for b in range(ev.batches):
         batch_key = jax.random.fold_in(key, b)

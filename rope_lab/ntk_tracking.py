@@ -81,13 +81,17 @@ class ProbeSets:
 
 
 def draw_probes(cfg: TrialConfig, task: Task) -> ProbeSets:
-    """Probe sets of a trial, drawn once from its task with `ntk.seed`."""
+    """Probe sets of a trial, drawn once with `ntk.seed` from its task's eval split."""
     key = jax.random.PRNGKey(cfg.ntk.seed)
     n, length = cfg.ntk.probes, cfg.train.length
-    # one program per length, not one per eager op
-    sample = eqx.filter_jit(task.sample, compiler_options=FEW_CALLS)  # type: ignore[call-overload]
-    short = sample(jax.random.fold_in(key, length), n, length)
-    long = {L: np.asarray(sample(jax.random.fold_in(key, L), n, L).tokens) for L in cfg.ntk_lengths}
+    operands = task.operands("eval")
+    # one program per length, not one per eager op; the operands are arguments, not constants
+    sample = eqx.filter_jit(task.sample_from, compiler_options=FEW_CALLS)  # type: ignore[call-overload]
+    short = sample(operands, jax.random.fold_in(key, length), n, length)
+    long = {
+        L: np.asarray(sample(operands, jax.random.fold_in(key, L), n, L).tokens)
+        for L in cfg.ntk_lengths
+    }
     return ProbeSets(
         np.asarray(short.tokens), np.asarray(short.targets), np.asarray(short.mask), long
     )

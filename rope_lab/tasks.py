@@ -101,6 +101,14 @@ def _check_size(name: str, value: Any, check_positive: bool = True) -> int:
     return int(value)
 
 
+SPLITS = ("train", "eval")
+
+
+def _check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got split={split!r}")
+
+
 def _random_bits(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     """All randomness of one batch from a single 1-D threefry call, reshaped to ``shape``.
 
@@ -168,8 +176,11 @@ class Task(abc.ABC):
     def _min_length_explanation(self) -> str:
         return ""
 
-    def operands(self) -> Operands:
-        """Fixed device arrays the sampler needs (passed as jit arguments, not constants)."""
+    def operands(self, split: str = "train") -> Operands:
+        """Fixed device arrays the sampler needs for ``split`` ("train" or "eval"), passed to
+        jitted samplers as arguments, not constants. Tasks that hold data (``lm_text``) give
+        each split its own part; generative tasks give both splits the same operands."""
+        _check_split(split)
         return ()
 
     @abc.abstractmethod
@@ -177,8 +188,11 @@ class Task(abc.ABC):
         """Sample a batch; ``batch_size`` and ``length`` are static Python ints."""
 
     # -- public API ---------------------------------------------------------------------------
-    def validate(self, length: int) -> None:
-        """Raise ValueError (naming the parameter) if the task cannot generate ``length``."""
+    def validate(self, length: int, split: str | None = "train") -> None:
+        """Raise ValueError (naming the parameter) if the task cannot generate ``length`` from
+        ``split`` (None: checks that hold for every split)."""
+        if split is not None:
+            _check_split(split)
         length = _check_size("length", length, check_positive=False)  # min_length() >= 1
         lo = self.min_length()
         if length < lo:
@@ -188,20 +202,21 @@ class Task(abc.ABC):
                 + (f" ({why})" if why else "")
             )
 
-    def sample(self, key: jax.Array, batch_size: int, length: int) -> Batch:
-        """Sample a :class:`Batch` of shape (batch_size, length); pure JAX, jit-able.
+    def sample(self, key: jax.Array, batch_size: int, length: int, split: str = "train") -> Batch:
+        """Sample a :class:`Batch` of shape (batch_size, length) from ``split``; jit-able.
 
         ``batch_size`` and ``length`` must be static. Inside a jitted function this closes over
         :meth:`operands` (embedded as constants; large for ``lm_text``): pass them as jit
         arguments with :meth:`sample_from` instead, as :func:`sample_batch` does.
         """
-        return self.sample_from(self.operands(), key, batch_size, length)
+        return self.sample_from(self.operands(split), key, batch_size, length)
 
     def sample_from(
         self, operands: Operands, key: jax.Array, batch_size: int, length: int
     ) -> Batch:
-        """:meth:`sample` with ``operands`` (= ``self.operands()``) given, e.g. as jit args."""
-        self.validate(length)
+        """:meth:`sample` with ``operands`` (= ``self.operands(split)``) given, e.g. as jit
+        args; the operands decide the split."""
+        self.validate(length, split=None)
         batch_size = _check_size("batch_size", batch_size)
         return self._sample(key, batch_size, int(length), tuple(operands))
 
@@ -354,8 +369,8 @@ class MQARTask(Task):
     def _min_length_explanation(self) -> str:
         return f"num_pairs={self.num_pairs} pairs, SEP and one query slot per pair"
 
-    def validate(self, length: int) -> None:
-        super().validate(length)
+    def validate(self, length: int, split: str | None = "train") -> None:
+        super().validate(length, split)
         pairs = self.pairs_for(int(length))
         if self.num_keys < pairs:
             raise ValueError(
@@ -598,7 +613,8 @@ class SyntheticLMTask(Task):
             _SOURCE_CACHE[cache_key] = (successors, probs)
         return _SOURCE_CACHE[cache_key]
 
-    def operands(self) -> Operands:
+    def operands(self, split: str = "train") -> Operands:
+        _check_split(split)
         successors, probs = self.transition_table()
         cdf = np.cumsum(probs, axis=1, dtype=np.float32)
         cdf[:, -1] = 1.0
@@ -641,21 +657,38 @@ class SyntheticLMTask(Task):
 # byte-level text
 # --------------------------------------------------------------------------------------------
 
-_TEXT_CACHE: dict[tuple[str, int, int], tuple[np.ndarray, list[jax.Array]]] = {}
+_TEXT_CACHE: dict[tuple[str, int, int], np.ndarray] = {}
+_TEXT_DEVICE: dict[tuple[str, int, int, float, str], jax.Array] = {}
 
 
-def _load_text(path: str) -> tuple[np.ndarray, list[jax.Array]]:
-    """Read a file once into a read-only uint8 array (cached by path, mtime and size)."""
+def _text_key(path: str) -> tuple[str, int, int]:
     real = os.path.realpath(path)
     if not os.path.isfile(real):
         raise ValueError(f"lm_text: path={path!r} does not exist or is not a regular file")
     st = os.stat(real)
-    cache_key = (real, st.st_mtime_ns, st.st_size)
+    return (real, st.st_mtime_ns, st.st_size)
+
+
+def _load_text(path: str) -> np.ndarray:
+    """Read a file once into a read-only uint8 array (cached by path, mtime and size)."""
+    cache_key = _text_key(path)
     if cache_key not in _TEXT_CACHE:
-        data = np.fromfile(real, dtype=np.uint8)
+        data = np.fromfile(cache_key[0], dtype=np.uint8)
         data.setflags(write=False)
-        _TEXT_CACHE[cache_key] = (data, [])  # device copy is created lazily
+        _TEXT_CACHE[cache_key] = data
     return _TEXT_CACHE[cache_key]
+
+
+def text_split_bounds(size: int, eval_fraction: float) -> dict[str, tuple[int, int]]:
+    """Byte ranges [start, stop) of the ``train`` and ``eval`` splits of a ``size``-byte file.
+
+    The last ``round(eval_fraction * size)`` bytes are held out for evaluation and NTK probes;
+    training samples only windows that lie entirely before them. ``eval_fraction = 0`` (opt-in)
+    evaluates on the training text."""
+    held_out = round(eval_fraction * size)
+    if held_out == 0:
+        return {"train": (0, size), "eval": (0, size)}
+    return {"train": (0, size - held_out), "eval": (size - held_out, size)}
 
 
 @dataclass(frozen=True)
@@ -664,12 +697,16 @@ class TextLMTask(Task):
 
     Vocabulary: bytes 0..255 (vocab_size must be >= 256; larger ids are unused). The file at
     ``path`` is read once into a uint8 array (``self.data``, shared through a module-level cache;
-    the task hashes and compares by ``vocab_size`` and ``path`` only). Each row is a uniformly
-    random window of L+1 consecutive bytes; all positions are scored. ``min_length = 1``; the
-    file must hold at least L+1 bytes (and less than 2**31).
+    the task hashes and compares by ``vocab_size``, ``path`` and ``eval_fraction``). The last
+    ``eval_fraction`` of the file (default 0.1, contiguous) is the ``eval`` split, used by
+    evaluation and NTK probes; training windows never touch it (:func:`text_split_bounds`).
+    Each row is a uniformly random window of L+1 consecutive bytes of its split; all positions
+    are scored. ``min_length = 1``; each split must hold at least L+1 bytes (and the file less
+    than 2**31).
     """
 
     path: str
+    eval_fraction: float = 0.1
     data: np.ndarray = field(init=False, repr=False, compare=False)
     name: ClassVar[str] = "lm_text"
 
@@ -677,18 +714,24 @@ class TextLMTask(Task):
         if not isinstance(self.path, str | os.PathLike):
             raise ValueError(f"lm_text: path must be a file path, got path={self.path!r}")
         object.__setattr__(self, "path", os.fspath(self.path))
-        data, _ = _load_text(self.path)
+        _check_float(self, "eval_fraction", 0.0, 0.9)
+        data = _load_text(self.path)
         if data.size >= 2**31:
             raise ValueError(f"lm_text: path={self.path!r} is too large ({data.size} bytes)")
         object.__setattr__(self, "data", data)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"vocab_size": self.vocab_size, "path": self.path}
+        return {
+            "vocab_size": self.vocab_size,
+            "path": self.path,
+            "eval_fraction": self.eval_fraction,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state = {"eval_fraction": 0.1, **state}
         for k, v in state.items():
             object.__setattr__(self, k, v)
-        object.__setattr__(self, "data", _load_text(self.path)[0])
+        object.__setattr__(self, "data", _load_text(self.path))
 
     def min_vocab_size(self) -> int:
         return 256
@@ -699,23 +742,41 @@ class TextLMTask(Task):
     def min_length(self) -> int:
         return 1
 
-    def validate(self, length: int) -> None:
-        super().validate(length)
-        if self.data.size < int(length) + 1:
-            raise ValueError(
-                f"lm_text: path={self.path!r} has {self.data.size} bytes, too short for "
-                f"length={length} (need length + 1 = {int(length) + 1} bytes)"
-            )
+    def split_bounds(self) -> dict[str, tuple[int, int]]:
+        """Byte ranges [start, stop) of the ``train`` and ``eval`` splits of ``self.data``."""
+        return text_split_bounds(int(self.data.size), self.eval_fraction)
 
-    def operands(self) -> Operands:
-        data, device = _load_text(self.path)
-        if not device:
-            device.append(jnp.asarray(data))
-        return (device[0],)
+    def validate(self, length: int, split: str | None = "train") -> None:
+        super().validate(length, split)
+        if split is not None:  # None: the sampler checks the size of the operands it gets
+            start, stop = self.split_bounds()[split]
+            if stop - start < int(length) + 1:
+                raise ValueError(
+                    f"lm_text: the {split} split of path={self.path!r} (eval_fraction="
+                    f"{self.eval_fraction}) has {stop - start} bytes, too short for "
+                    f"length={length} (need length + 1 = {int(length) + 1} bytes)"
+                )
+
+    def operands(self, split: str = "train") -> Operands:
+        """The split's bytes as one device array, cached per file and split. Made with
+        ``ensure_compile_time_eval``, so a first call inside a trace still caches a concrete
+        array, never a tracer."""
+        _check_split(split)
+        key = (*_text_key(self.path), self.eval_fraction, split)
+        if key not in _TEXT_DEVICE:
+            start, stop = self.split_bounds()[split]
+            with jax.ensure_compile_time_eval():
+                _TEXT_DEVICE[key] = jax.device_put(self.data[start:stop])
+        return (_TEXT_DEVICE[key],)
 
     def _sample(self, key: jax.Array, batch_size: int, length: int, operands: Operands) -> Batch:
         (data,) = operands
         n = length + 1
+        if data.shape[0] < n:
+            raise ValueError(
+                f"lm_text: {data.shape[0]} bytes of path={self.path!r} are too few for "
+                f"length={length} (need {n})"
+            )
         starts = _randint(_random_bits(key, (batch_size,)), 0, data.shape[0] - n + 1)
         idx = starts[:, None] + jnp.arange(n, dtype=jnp.int32)[None, :]
         return _finish(data[idx], jnp.ones((1, length), bool))
@@ -768,11 +829,13 @@ def _sample_jit(
     return task.sample_from(operands, key, batch_size, length)
 
 
-def sample_batch(task: Task, key: jax.Array, batch_size: int, length: int) -> Batch:
-    """Validate, then sample a (batch_size, length) :class:`Batch` under jit.
+def sample_batch(
+    task: Task, key: jax.Array, batch_size: int, length: int, split: str = "train"
+) -> Batch:
+    """Validate, then sample a (batch_size, length) :class:`Batch` of ``split`` under jit.
 
     ``task``, ``batch_size`` and ``length`` are static (one compilation per combination).
     """
-    task.validate(length)
+    task.validate(length, split)
     batch_size = _check_size("batch_size", batch_size)
-    return _sample_jit(task, key, batch_size, int(length), task.operands())
+    return _sample_jit(task, key, batch_size, int(length), task.operands(split))

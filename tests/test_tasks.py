@@ -21,6 +21,7 @@ from rope_lab.tasks import (
     TextLMTask,
     make_task,
     sample_batch,
+    text_split_bounds,
 )
 
 LENGTHS = [16, 64, 257]
@@ -361,10 +362,18 @@ def test_lm_text_windows(text_file: str, tasks: dict, batches: dict) -> None:
         assert hits, "window is not a contiguous slice of the file"
         starts.add(hits[0])
     assert len(starts) > BATCH // 2
-    # the whole file as one window
-    tokens, targets, _ = _np(sample_batch(task, jax.random.key(0), 2, 2999))
+    # the whole training split (the first 2700 of 3000 bytes) as one window
+    tokens, targets, _ = _np(sample_batch(task, jax.random.key(0), 2, 2699))
+    np.testing.assert_array_equal(tokens[0], data[:2699])
+    np.testing.assert_array_equal(targets[1], data[1:2700])
+    # the whole held-out split as one window
+    tokens, targets, _ = _np(sample_batch(task, jax.random.key(0), 2, 299, split="eval"))
+    np.testing.assert_array_equal(tokens[0], data[2700:-1])
+    np.testing.assert_array_equal(targets[1], data[2701:])
+    # eval_fraction 0: evaluation reads the training text, the whole file
+    whole = make_task("lm_text", 256, path=text_file, eval_fraction=0.0)
+    tokens, _, _ = _np(sample_batch(whole, jax.random.key(0), 2, 2999, split="eval"))
     np.testing.assert_array_equal(tokens[0], data[:-1])
-    np.testing.assert_array_equal(targets[1], data[1:])
 
 
 # ------------------------------------------------------------------------------------------
@@ -496,5 +505,68 @@ def test_lm_text_errors(tmp_path, text_file: str) -> None:
     with pytest.raises(ValueError, match="vocab_size=255 is too small"):
         make_task("lm_text", 255, path=text_file)
     task = TextLMTask(256, path=text_file)
-    with pytest.raises(ValueError, match=r"has 3000 bytes, too short for length=3000"):
-        sample_batch(task, jax.random.key(0), 2, 3000)
+    with pytest.raises(
+        ValueError, match=r"train split .* has 2700 bytes, too short for length=2700"
+    ):
+        sample_batch(task, jax.random.key(0), 2, 2700)
+    with pytest.raises(ValueError, match=r"eval split .* has 300 bytes, too short for length=300"):
+        sample_batch(task, jax.random.key(0), 2, 300, split="eval")
+    with pytest.raises(ValueError, match=r"eval_fraction must be in \[0.0, 0.9\]"):
+        make_task("lm_text", 256, path=text_file, eval_fraction=0.95)
+    with pytest.raises(ValueError, match="split must be one of train, eval"):
+        task.operands("test")
+
+
+# ------------------------------------------------------------------------------------------
+# lm_text: the held-out evaluation split
+# ------------------------------------------------------------------------------------------
+
+
+@given(size=st.integers(2, 10**7), fraction=st.floats(0.0, 0.9))
+def test_text_split_bounds_partition_the_file(size: int, fraction: float) -> None:
+    bounds = text_split_bounds(size, fraction)
+    held_out = round(fraction * size)
+    if held_out == 0:
+        assert bounds == {"train": (0, size), "eval": (0, size)}
+        return
+    assert bounds["train"] == (0, size - held_out)  # contiguous, disjoint, covering the file
+    assert bounds["eval"] == (size - held_out, size)
+
+
+def _two_part_corpus(folder, size: int = 2000, fraction: float = 0.1):
+    """A file whose training split is all b"a" and whose held-out split is all b"b"."""
+    start, stop = text_split_bounds(size, fraction)["eval"]
+    path = folder / "two_parts.txt"
+    path.write_bytes(b"a" * start + b"b" * (stop - start))
+    return str(path)
+
+
+def test_training_evaluation_and_probes_read_their_own_split(tmp_path) -> None:
+    """Training only ever sees b"a"; evaluation and NTK probes only b"b": the trained model
+    predicts "a" everywhere, so held-out accuracy is exactly 0 (1 if evaluation read the
+    training text)."""
+    from rope_lab.evaluate import evaluate_model
+    from rope_lab.ntk_tracking import draw_probes
+    from rope_lab.train import make_task_from, train
+    from tests.helpers import tiny_trial
+
+    cfg = tiny_trial(
+        "alibi",
+        task="lm_text",
+        vocab=256,
+        task_params=(("path", _two_part_corpus(tmp_path)),),
+        steps=30,
+        lr=1e-2,
+    )
+    task = make_task_from(cfg)
+    for split, byte in (("train", ord("a")), ("eval", ord("b"))):
+        batch = sample_batch(task, jax.random.key(1), 16, 64, split=split)
+        assert (np.asarray(batch.tokens) == byte).all()
+    probes = draw_probes(cfg, task)
+    assert (probes.short == ord("b")).all()
+    assert all((p == ord("b")).all() for p in probes.long.values())
+    model = train(cfg).model
+    rows = evaluate_model(model, task, cfg, step=cfg.train.steps)
+    whole = [r for r in rows if r["position_bucket"] is None]
+    assert whole and all(r["accuracy"] == 0.0 for r in whole)
+    assert all(r["loss"] > 3.0 for r in whole)  # "b" never seen: far above the trained loss
