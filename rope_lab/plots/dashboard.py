@@ -220,6 +220,11 @@ def _ntk_dashboard_row(fig: Figure, gs: GridSpec, ntk: pl.DataFrame) -> None:
         plain_log(ax, "x")
         for w in order:
             ax.plot([], [], color=palette[w], label=f"width {format_value(w)}")
+        for i, kind in enumerate(kinds if len(kinds) > 1 else []):
+            (line,) = ax.plot([], [], color="0.3", label=kind)
+            dash = DASHES[i % len(DASHES)]
+            if dash:
+                line.set_dashes(dash)
         ax.legend(fontsize=8, loc="best")
         ax.set(
             title="NTK distance from init (dash = PE kind)",
