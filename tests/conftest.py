@@ -18,6 +18,13 @@ settings.register_profile(
 settings.load_profile("rope_lab")
 
 
+def pytest_sessionstart(session):
+    """Under mutmut (which forks each mutant's test run from a process that already ran the
+    tests), drop the compiled programs traced from the unmutated code first."""
+    if os.environ.get("MUTANT_UNDER_TEST"):
+        jax.clear_caches()
+
+
 @pytest.fixture
 def key():
     """A fixed PRNG key."""

@@ -1,0 +1,193 @@
+"""Wrong-science edits that the default suite must catch.
+
+Each defect is one textual edit of a rope_lab module that changes a number in a results table
+(or loses work) while the code still runs. For each, this script copies the checkout to a
+scratch folder, applies the edit there, runs the named default-suite tests against the copy and
+reports whether they failed (the defect is "killed") or passed ("survived"). The checkout itself
+is never modified.
+
+    .venv/bin/python tests/mutation/known_defects.py            # every defect
+    .venv/bin/python tests/mutation/known_defects.py alibi-sign # some, by name
+
+Exit status 1 when a defect survives. Takes a few minutes (one pytest process per defect).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Defect:
+    """An edit `old` -> `new` of `path` (old must occur exactly once) and the tests that must
+    fail on it (pytest node ids or files, relative to the repository root)."""
+
+    name: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+DEFECTS = (
+    Defect(
+        "alibi-sign",
+        "rope_lab/positions.py",
+        "return -self.slopes.get()[:, None, None] * distance[None]",
+        "return self.slopes.get()[:, None, None] * distance[None]",
+        ("tests/test_position_laws.py",),
+    ),
+    Defect(
+        "rope-factor-queries-only",
+        "rope_lab/positions.py",
+        "rope.apply_rotary(k, positions, inv_freq, factor),",
+        "rope.apply_rotary(k, positions, inv_freq, 1.0),",
+        ("tests/test_position_laws.py",),
+    ),
+    Defect(
+        "finetuned-rows-evaluate-untuned-model",
+        "rope_lab/evaluate.py",
+        "tuned.model, task, cfg, step=step, scalings=[scaling], finetune_steps=ev.finetune_steps",
+        "model, task, cfg, step=step, scalings=[scaling], finetune_steps=ev.finetune_steps",
+        ("tests/test_evaluate.py",),
+    ),
+    Defect(
+        "scaled-kcross-at-training-length",
+        "rope_lab/ntk_tracking.py",
+        "scaled = with_scaling(model, method, factor, params, seq_len=length)",
+        "scaled = with_scaling(model, method, factor, params, seq_len=L)",
+        ("tests/test_ntk_columns.py",),
+    ),
+    Defect(
+        "tail-cos-whole-sequence-norm",
+        "rope_lab/ntk_tracking.py",
+        '"tail_cos": _cos(tail, sq[:, 1], short_sq),',
+        '"tail_cos": _cos(tail, sq[:, 0], short_sq),',
+        ("tests/test_ntk_columns.py",),
+    ),
+    Defect(
+        "offdiag-mean-counts-diagonal",
+        "rope_lab/ntk_metrics.py",
+        "return float((K.sum() - np.trace(K)) / (n * (n - 1))) if n > 1 else math.nan",
+        "return float(K.sum() / (n * n)) if n > 1 else math.nan",
+        ("tests/test_ntk_columns.py", "tests/test_ntk_metrics.py"),
+    ),
+    Defect(
+        "cosine-schedule-wrong-decay-steps",
+        "rope_lab/train.py",
+        "decay_steps=max(cfg.steps, warmup + 1),",
+        "decay_steps=max(cfg.steps + 10, warmup + 1),",
+        ("tests/test_train.py",),
+    ),
+    Defect(
+        "extrapolation-plots-another-metric",
+        "rope_lab/plots/eval_curves.py",
+        "draw_extrapolation(ax, sub, metric=metric, x=x,",
+        'draw_extrapolation(ax, sub, metric="accuracy", x=x,',
+        ("tests/plots/test_plotted_data.py",),
+    ),
+    Defect(
+        "atomic-writer-fixed-temp-name",
+        "rope_lab/atomic.py",
+        'tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")',
+        'tmp = path.with_name(f".{path.name}.tmp")',
+        ("tests/test_atomic.py",),
+    ),
+    Defect(
+        "text-evaluated-on-training-split",
+        "rope_lab/evaluate.py",
+        'operands = task.operands("eval")',
+        "operands = task.operands()",
+        ("tests/test_tasks.py",),
+    ),
+    Defect(
+        "text-corpus-cached-under-trace",
+        "rope_lab/tasks.py",
+        "            with jax.ensure_compile_time_eval():\n"
+        "                _TEXT_DEVICE[key] = jax.device_put(self.data[start:stop])",
+        "            _TEXT_DEVICE[key] = jnp.asarray(self.data[start:stop])",
+        ("tests/test_tasks.py::test_operands_made_inside_a_trace_are_concrete",),
+    ),
+)
+
+
+def scratch_copy(dest: Path) -> None:
+    """The checkout without .git, virtualenvs, caches and run folders."""
+    ignore = shutil.ignore_patterns(".git", ".venv", "runs", "mutants", "__pycache__", ".*_cache")
+    shutil.copytree(REPO, dest, ignore=ignore)
+
+
+def apply(defect: Defect, root: Path) -> None:
+    """Apply the edit in the scratch copy at `root`; the edited text must occur exactly once."""
+    target = root / defect.path
+    text = target.read_text()
+    count = text.count(defect.old)
+    if count != 1:
+        raise SystemExit(f"{defect.name}: expected the text once in {defect.path}, found {count}")
+    target.write_text(text.replace(defect.old, defect.new))
+
+
+def run(defect: Defect, timeout: float) -> tuple[bool, float, str]:
+    """(killed, seconds, last lines of pytest's output) for one defect."""
+    with tempfile.TemporaryDirectory(prefix=f"defect_{defect.name}_") as tmp:
+        root = Path(tmp) / "repo"
+        scratch_copy(root)
+        apply(defect, root)
+        env = {**os.environ, "PYTHONPATH": str(root)}
+        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
+        start = time.perf_counter()
+        try:
+            r = subprocess.run(
+                [*cmd, *defect.tests],
+                cwd=root,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            return False, time.perf_counter() - start, "timed out"
+        seconds = time.perf_counter() - start
+        tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-3:])
+        # exit 1: tests failed. 2-5 (interrupted, internal error, usage, none collected) are
+        # not kills: a defect must be caught by a test that ran.
+        return r.returncode == 1, seconds, tail
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the named defects (all by default); print one line each; 1 if any survived."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="defects to run (default: all)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per defect")
+    args = parser.parse_args(argv)
+    known = {d.name: d for d in DEFECTS}
+    unknown = [n for n in args.names if n not in known]
+    if unknown:
+        parser.error(f"unknown defect(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    survived = []
+    for defect in [known[n] for n in args.names] or DEFECTS:
+        killed, seconds, tail = run(defect, args.timeout)
+        verdict = "killed" if killed else "SURVIVED"
+        print(f"{verdict:8s} {defect.name:40s} {seconds:6.1f}s  by {' '.join(defect.tests)}")
+        if not killed:
+            survived.append(defect.name)
+            print("    " + tail.replace("\n", "\n    "))
+    print(
+        f"{len(DEFECTS if not args.names else args.names) - len(survived)} killed, "
+        f"{len(survived)} survived"
+    )
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
