@@ -1,13 +1,19 @@
 """Training: it learns, it never retraces, it resumes bit-exactly, it flags divergence."""
 
+import math
+import re
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
-from rope_lab.config import replace
-from rope_lab.train import Hook, TraceGuard, lr_schedule, train
+from rope_lab.config import TrainConfig, replace
+from rope_lab.model import trainable
+from rope_lab.train import Hook, TraceGuard, lr_schedule, make_model, make_optimizer, train
 from tests.helpers import tiny_trial
 
 
@@ -23,6 +29,12 @@ def test_tiny_model_learns_tiny_passkey():
     assert result.steps_done == 150 and result.tokens_seen == 150 * 8 * 16
     assert losses[0] / np.mean(losses[-2:]) > 3.0, losses
     assert result.traces == 1
+    # each logged row carries the lr of its update: update s (1-based) ran at schedule(s - 1)
+    tc = cfg.train
+    logged = [(row["step"], row["lr"]) for row in result.history]
+    assert [s for s, _ in logged] == list(range(5, 151, 5))
+    for s, lr in logged:
+        assert lr == pytest.approx(_closed_form_lr(s - 1, 150, 10, tc.lr, tc.min_lr_ratio))
 
 
 def test_resume_is_bit_exact():
@@ -80,12 +92,95 @@ def test_trace_guard_raises_on_retrace():
         guard.check()
 
 
-def test_schedule_warmup_and_cosine():
-    cfg = tiny_trial(steps=100, lr=1e-3).train
-    sched = lr_schedule(cfg)
-    assert float(sched(0)) == 0.0
-    assert float(sched(2)) == pytest.approx(1e-3)
-    assert float(sched(100)) == pytest.approx(1e-4)
+MAX_STEPS = 300
+
+
+def _closed_form_lr(step, steps, warmup, peak, ratio):
+    """The documented schedule at `step`: linear from 0 at step 0 to `peak` at `warmup`, then a
+    half cosine from `peak` to peak x ratio, reached at `steps`."""
+    if step < warmup:
+        return peak * step / warmup
+    end = peak * ratio
+    return end + (peak - end) * (1 + math.cos(math.pi * (step - warmup) / (steps - warmup))) / 2
+
+
+def _assert_schedule(sched, steps, warmup, peak, ratio):
+    """`sched` equals the closed form at every step 0..steps, peak at `warmup`, end at `steps`."""
+    got = np.asarray(sched(jnp.arange(MAX_STEPS + 1)), np.float64)[: steps + 1]  # one shape
+    want = [_closed_form_lr(t, steps, warmup, peak, ratio) for t in range(steps + 1)]
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=peak * 1e-7)
+    assert got[warmup] == pytest.approx(peak, rel=1e-6)
+    assert got[steps] == pytest.approx(peak * ratio, rel=1e-6, abs=peak * 1e-7)
+    assert got[0] == (0.0 if warmup else pytest.approx(peak, rel=1e-6))
+
+
+@st.composite
+def _schedules(draw):
+    steps = draw(st.integers(1, MAX_STEPS))
+    return {
+        "steps": steps,
+        "warmup_steps": draw(st.integers(0, steps - 1)),
+        "lr": draw(st.floats(1e-5, 1e-1)),
+        "min_lr_ratio": draw(st.sampled_from([0.0, 0.1, 0.5, 1.0]) | st.floats(0.0, 1.0)),
+    }
+
+
+@given(fields=_schedules(), override=st.none() | st.floats(1e-5, 1e-1))
+@example(fields={"steps": 100, "warmup_steps": 2, "lr": 1e-3, "min_lr_ratio": 0.1}, override=None)
+@example(fields={"steps": 1, "warmup_steps": 0, "lr": 1e-3, "min_lr_ratio": 0.1}, override=None)
+@example(fields={"steps": 2, "warmup_steps": 1, "lr": 1e-3, "min_lr_ratio": 0.0}, override=2e-3)
+def test_schedule_is_warmup_then_cosine_at_every_step(fields, override):
+    cfg = TrainConfig(**fields)
+    peak = cfg.lr if override is None else override
+    sched = lr_schedule(cfg, override)
+    _assert_schedule(sched, cfg.steps, cfg.warmup_steps, peak, cfg.min_lr_ratio)
+
+
+@pytest.mark.parametrize(("steps", "warmup_steps"), [(5, 5), (5, 9), (1, 3)])
+def test_schedule_warmup_longer_than_the_run_peaks_at_the_second_last_step(steps, warmup_steps):
+    cfg = TrainConfig(steps=steps, warmup_steps=warmup_steps, lr=1e-3, min_lr_ratio=0.1)
+    _assert_schedule(lr_schedule(cfg), steps, steps - 1, 1e-3, 0.1)
+
+
+LINEAR_WEIGHT = re.compile(r"\.(q|k|v|o|up|down|gate|head)\.weight$")
+
+
+def test_optimizer_update_is_clipped_adam_with_decay_mup_and_the_schedule():
+    """With the same gradient g at every step, Adam's bias-corrected moments are g and g^2, so
+    update t is -lr(t) m (c / (|c| + eps) + wd p [Linear weight]), with c = g clipped to global
+    norm clip_norm and m the muP multiplier base_width / width on Linear weights (1 elsewhere)."""
+    cfg = replace(
+        tiny_trial("rope", steps=6, weight_decay=0.1),
+        **{"model.parametrization": "mup", "model.base_width": 8, "train.warmup_steps": 3},
+    )
+    tc = cfg.train
+    model = make_model(cfg)
+    params = eqx.filter(model, trainable(model))
+    named = jax.tree_util.tree_leaves_with_path(params)
+    rng = np.random.default_rng(0)
+    grads_np = [rng.normal(scale=0.1, size=leaf.shape).astype(np.float32) for _, leaf in named]
+    grads = jax.tree.unflatten(jax.tree.structure(params), [jnp.asarray(g) for g in grads_np])
+    norm = math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads_np))
+    assert norm > tc.clip_norm  # clipping is active
+    clipped = [g.astype(np.float64) * tc.clip_norm / norm for g in grads_np]
+    is_linear = [bool(LINEAR_WEIGHT.search(jax.tree_util.keystr(path))) for path, _ in named]
+    assert sum(is_linear) == 7  # q, k, v, o, up, down, head
+    mult = [8 / 32 if lin else 1.0 for lin in is_linear]
+
+    optimizer = make_optimizer(tc, model)
+    state = optimizer.init(params)
+    update = eqx.filter_jit(optimizer.update)
+    for t in range(tc.steps + 1):
+        updates, state = update(grads, state, params)
+        lr = _closed_form_lr(t, tc.steps, tc.warmup_steps, tc.lr, tc.min_lr_ratio)
+        for (path, p), u, c, m, lin in zip(
+            named, jax.tree.leaves(updates), clipped, mult, is_linear, strict=True
+        ):
+            direction = c / (np.abs(c) + tc.eps) + tc.weight_decay * np.asarray(p) * lin
+            want = -lr * m * direction
+            np.testing.assert_allclose(
+                np.asarray(u), want, rtol=1e-4, atol=1e-9, err_msg=f"step {t} {path}"
+            )
 
 
 @pytest.mark.parametrize("kind", ["rope", "learned"])
