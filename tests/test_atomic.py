@@ -164,3 +164,19 @@ def test_readers_skip_a_complete_segment_still_in_its_temp_file(
     assert (seen["load"], seen["trial"]) == (1, 1)
     assert load(tmp_path).table(table).collect().height == 3
     assert read_trial_table(td, table).height == 3
+
+
+def test_a_temp_file_that_cannot_be_created_raises_the_original_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the temp file is never created, the cleanup must not mask the real error with a
+    FileNotFoundError of its own."""
+
+    def refuse(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(atomic, "open", refuse, raising=False)
+    with pytest.raises(OSError, match="No space left") as err:
+        atomic_write_text(tmp_path / "x.txt", "payload")
+    assert not isinstance(err.value, FileNotFoundError)
+    assert _names(tmp_path) == set()

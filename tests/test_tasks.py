@@ -570,3 +570,25 @@ def test_training_evaluation_and_probes_read_their_own_split(tmp_path) -> None:
     whole = [r for r in rows if r["position_bucket"] is None]
     assert whole and all(r["accuracy"] == 0.0 for r in whole)
     assert all(r["loss"] > 3.0 for r in whole)  # "b" never seen: far above the trained loss
+
+
+def test_operands_made_inside_a_trace_are_concrete(tmp_path) -> None:
+    """The first operands() call of a fresh corpus happening under jit (as in a jitted probe
+    sampler) must not leave a tracer in the cache: later draws reuse the cached array."""
+    path = tmp_path / "fresh.txt"
+    path.write_bytes(bytes(range(256)) * 4)
+    task = make_task("lm_text", 256, path=str(path))
+
+    @jax.jit
+    def first_draw(key):
+        return task.sample(key, 2, 8, split="eval").tokens
+
+    first = np.asarray(first_draw(jax.random.key(0)))
+    (cached,) = task.operands("eval")
+    assert not isinstance(cached, jax.core.Tracer)
+    again = sample_batch(task, jax.random.key(0), 2, 8, split="eval")
+    np.testing.assert_array_equal(np.asarray(again.tokens), first)
+    start, stop = text_split_bounds(1024, 0.1)["eval"]
+    np.testing.assert_array_equal(
+        np.asarray(cached), np.frombuffer(path.read_bytes(), np.uint8)[start:stop]
+    )

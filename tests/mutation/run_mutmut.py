@@ -2,7 +2,9 @@
 
 For each module this copies the checkout to a scratch folder, configures mutmut there to mutate
 that module only and to run the default-suite test files that cover it, runs `mutmut run`, and
-counts the mutants by outcome. The checkout itself is never modified.
+counts the mutants by outcome. The checkout itself is never modified. Each mutant's tests run in
+a process forked from a server that has imported nothing of the tests: forked from a process
+that already ran polars or XLA, their thread pools deadlock.
 
     .venv/bin/python tests/mutation/run_mutmut.py                       # every module
     .venv/bin/python tests/mutation/run_mutmut.py rope_lab/atomic.py    # some
@@ -46,6 +48,8 @@ source_paths = ["rope_lab/"]
 only_mutate = [{module!r}]
 pytest_add_cli_args_test_selection = {tests!r}
 pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-x"]
+process_isolation = "forkserver"
+forkserver_warmup = "none"
 """
 
 OUTCOME = re.compile(r"^\s*(\S+__mutmut_\d+): (.+)$")
