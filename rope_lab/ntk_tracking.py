@@ -179,6 +179,10 @@ class NTKTracker:
                 output=self.output,
                 chunk_size=self.cfg.ntk.chunk_size,
             )
+        if isinstance(self.output, str) and self.output == "target":
+            # f_{L-1} = 0 at the probe's own length, but padded, position L-1 has a next token
+            m = np.array(m)
+            m[..., length - 1] = 0.0
         pos = np.arange(length, dtype=np.int32) if positions is None else np.asarray(positions)
         pos = np.broadcast_to(pos, (n, length))
         feats = gradient_features(

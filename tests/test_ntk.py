@@ -35,30 +35,61 @@ def as_output(name: str):
     return U if name == "u" else name
 
 
-@eqx.filter_jit
-def _jacobian(params, static, tokens, output: str, u):
-    """Per-position outputs' Jacobian w.r.t. the flattened parameters: (N, L, C, P)."""
+# compiled once or twice per model and run a few times: the least compile time
+BRUTE_OPTIONS = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+
+
+@functools.partial(eqx.filter_jit, compiler_options=BRUTE_OPTIONS)
+def _logit_jacobian(params, static, tokens, positions):
+    """d logits / d theta for every sequence: (N, L, V, P), theta the flattened parameters."""
     flat, unravel = ravel_pytree(params)
 
-    def outputs(theta, tok):  # (L, C), written independently of rope_lab.ntk
-        logits = eqx.combine(unravel(theta), static)(tok)
-        if output == "trace":
-            return logits / np.sqrt(V)
-        if output == "u":
-            return (logits @ u / np.sqrt(V))[:, None]
-        nxt = logits[jnp.arange(tok.shape[0] - 1), tok[1:]]
-        return jnp.concatenate([nxt, jnp.zeros((1,))])[:, None]
+    def logits(theta, tok, pos):  # (L, V)
+        return eqx.combine(unravel(theta), static)(tok, pos)
 
-    return jax.vmap(jax.jacrev(outputs), in_axes=(None, 0))(flat, tokens)
+    with jax.default_matmul_precision("highest"):
+        return jax.vmap(jax.jacrev(logits), in_axes=(None, 0, 0))(flat, tokens, positions)
+
+
+def logit_jacobian(model, tokens, positions=None) -> np.ndarray:
+    """Full logit Jacobian (N, L, V, P) in float64 of tokens (N, L) at positions (N, L) or (L,)
+    (default 0..L-1), over the trainable (inexact, non-Frozen) leaves flattened by ravel_pytree."""
+    tokens = np.asarray(tokens, np.int32)
+    pos = np.arange(tokens.shape[1]) if positions is None else np.asarray(positions)
+    pos = np.broadcast_to(pos, tokens.shape).astype(np.int32)
+    params, static = eqx.partition(model, trainable(model))
+    jac = _logit_jacobian(params, static, jnp.asarray(tokens), jnp.asarray(pos))
+    return np.asarray(jac, np.float64)
+
+
+def output_jacobian(J, tokens, output) -> np.ndarray:
+    """Per-position outputs' Jacobian (N, L, C, P) from the logit Jacobian J (N, L, V, P), by the
+    definitions: "trace" f_ic = logits_ic / sqrt(V); a vector u: f_i = <u, logits_i> / sqrt(V);
+    "target": f_i = logits_{i, x_{i+1}}, and f_{L-1} = 0."""
+    n, length, vocab, _ = J.shape
+    if isinstance(output, str) and output == "trace":
+        return J / np.sqrt(vocab)
+    if not isinstance(output, str):
+        u = np.asarray(output, np.float64)
+        return np.einsum("nlvp,v->nlp", J, u)[:, :, None] / np.sqrt(vocab)
+    assert output == "target", output
+    out = np.zeros((n, length, 1, J.shape[-1]))
+    for s in range(n):
+        for i in range(length - 1):
+            out[s, i, 0] = J[s, i, tokens[s][i + 1]]
+    return out
 
 
 @functools.cache
 def brute_jacobian(kind: str, which: int, output: str) -> np.ndarray:
     """(N, L, C, P) in float64 for T1 (which=1) or T2 (which=2)."""
-    model = tiny_model(kind)
-    params, static = eqx.partition(model, trainable(model))
-    tokens = jnp.asarray(T1 if which == 1 else T2)
-    return np.asarray(_jacobian(params, static, tokens, output, U), np.float64)
+    tokens = T1 if which == 1 else T2
+    return output_jacobian(_brute_logits(kind, which), tokens, as_output(output))
+
+
+@functools.cache
+def _brute_logits(kind: str, which: int) -> np.ndarray:
+    return logit_jacobian(tiny_model(kind), T1 if which == 1 else T2)
 
 
 def brute_groups(model) -> np.ndarray:
@@ -110,6 +141,45 @@ def test_matches_bruteforce(kind, out):
     if out == "target":  # the last position has no next token: zero rows and columns
         assert np.all(P[:, :, -1, :] == 0) and np.all(P[:, :, :, -1] == 0)
         assert np.all(np.asarray(chunked)[:, :, -1, :] == 0)
+
+
+def random_positions(n: int, length: int, high: int, seed: int) -> np.ndarray:
+    """Sorted random subsets of [0, high), one per sequence (randomised positions): (n, length)."""
+    rng = np.random.default_rng(seed)
+    return np.sort([rng.choice(high, length, replace=False) for _ in range(n)], axis=1)
+
+
+# Every position kind and every output kind, each output on two kinds (with FAST, rope has all
+# three): one compiled feature program each; the full product is GRID (slow).
+TINY = [
+    ("none", "target"),
+    ("learned", "trace"),
+    ("sinusoidal", "u"),
+    ("rope", "u"),
+    ("rope", "target"),
+    ("alibi", "trace"),
+]
+
+
+@pytest.mark.parametrize(("kind", "out"), TINY)
+def test_tiny_position_kernel_matches_bruteforce(kind, out):
+    """At the smallest size (width 16, depth 1, 3 sequences of 6 tokens) the position kernel,
+    and the sequence kernel as its sum, equal the brute-force Jacobian's, with randomised
+    positions (sorted random subsets, per sequence) on one side and 0..L-1 on the other."""
+    model, output = tiny_model(kind), as_output(out)
+    tokens2 = np.roll(T2, 1, axis=1)
+    pos1 = random_positions(N2, L2, 40, seed=len(kind))
+    J1 = output_jacobian(logit_jacobian(model, T2, pos1), T2, output)
+    J2 = output_jacobian(logit_jacobian(model, tokens2), tokens2, output)
+    P = np.einsum("nicp,mjcp->nmij", J1, J2)
+    got = np.asarray(ntk.position_kernel(model, T2, tokens2, output=output, positions1=pos1))
+    assert_close(got, P)
+    assert_close(got.sum((2, 3)), seq_brute(J1, J2))
+    assert np.abs(P).max() > 0
+    default = np.broadcast_to(np.arange(L2), (N2, L2))
+    if kind != "none":  # NoPE ignores positions; every other kind must see them
+        moved = output_jacobian(logit_jacobian(model, T2, default), T2, output)
+        assert np.abs(moved - J1).max() > 1e-3 * np.abs(J1).max()
 
 
 def test_self_kernel_symmetric_psd():
