@@ -93,7 +93,8 @@ def test_blocked_causal_attention_equals_full_attention(kind, length, monkeypatc
     assert [len(b) for b in blocks] == [1, 3]  # the layer scan traces its body once
     np.testing.assert_allclose(split, full, rtol=1e-5)
     for a, b in zip(jax.tree.leaves(split_grads), jax.tree.leaves(full_grads), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+        # float32 reordering error of a sum scales with its terms, i.e. the leaf's largest entry
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6 * max(1.0, float(np.abs(b).max())))
 
 
 @pytest.mark.parametrize("kind", KINDS)
