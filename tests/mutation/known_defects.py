@@ -138,7 +138,7 @@ def apply(defect: Defect, root: Path) -> None:
 
 
 def run(defect: Defect, timeout: float) -> tuple[bool, float, str]:
-    """(killed, seconds, last lines of pytest's output) for one defect."""
+    """(killed, seconds, the first failed test or pytest's last lines) for one defect."""
     with tempfile.TemporaryDirectory(prefix=f"defect_{defect.name}_") as tmp:
         root = Path(tmp) / "repo"
         scratch_copy(root)
@@ -158,7 +158,9 @@ def run(defect: Defect, timeout: float) -> tuple[bool, float, str]:
         except subprocess.TimeoutExpired:
             return False, time.perf_counter() - start, "timed out"
         seconds = time.perf_counter() - start
-        tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-3:])
+        lines = (r.stdout + r.stderr).strip().splitlines()
+        failed = [line.split(" - ")[0] for line in lines if line.startswith("FAILED ")]
+        tail = failed[0] if r.returncode == 1 and failed else "\n".join(lines[-3:])
         # exit 1: tests failed. 2-5 (interrupted, internal error, usage, none collected) are
         # not kills: a defect must be caught by a test that ran.
         return r.returncode == 1, seconds, tail
@@ -178,10 +180,10 @@ def main(argv: list[str] | None = None) -> int:
     for defect in [known[n] for n in args.names] or DEFECTS:
         killed, seconds, tail = run(defect, args.timeout)
         verdict = "killed" if killed else "SURVIVED"
-        print(f"{verdict:8s} {defect.name:40s} {seconds:6.1f}s  by {' '.join(defect.tests)}")
+        print(f"{verdict:8s} {defect.name:40s} {seconds:6.1f}s")
+        print("    " + tail.replace("\n", "\n    "))
         if not killed:
             survived.append(defect.name)
-            print("    " + tail.replace("\n", "\n    "))
     print(
         f"{len(DEFECTS if not args.names else args.names) - len(survived)} killed, "
         f"{len(survived)} survived"
