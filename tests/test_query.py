@@ -236,7 +236,10 @@ def _cli(argv: list[str]) -> int:
     return int(args.func(args))
 
 
-def test_cli_results_table(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_results_table(
+    run: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "160")  # the table's width follows the terminal's
     assert _cli(["results", str(run), "--where", '"model.width" = 64 AND length >= 20']) == 0
     out, err = capsys.readouterr()
     assert "│ alibi ┆ 20 " in out and "rope" not in out

@@ -144,7 +144,7 @@ def run(defect: Defect, timeout: float) -> tuple[bool, float, str]:
         scratch_copy(root)
         apply(defect, root)
         env = {**os.environ, "PYTHONPATH": str(root)}
-        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
+        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider"]
         start = time.perf_counter()
         try:
             r = subprocess.run(

@@ -47,7 +47,7 @@ CONFIG = """
 source_paths = ["rope_lab/"]
 only_mutate = [{module!r}]
 pytest_add_cli_args_test_selection = {tests!r}
-pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-x"]
+pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:xdist", "-q", "-x"]
 process_isolation = "forkserver"
 forkserver_warmup = "none"
 """
@@ -106,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("modules", nargs="*", help=f"default: {' '.join(MODULES)}")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per module")
     parser.add_argument("--keep", type=Path, help="keep the scratch copies under this folder")
+    parser.add_argument("--tests", nargs="+", help="test files to run instead of the module's")
     args = parser.parse_args(argv)
     unknown = [m for m in args.modules if m not in MODULES]
     if unknown:
@@ -117,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             parent = args.keep or Path(tmp)
             root = parent / Path(module).stem
             start = time.perf_counter()
-            counts = mutate(module, MODULES[module], root, args.timeout)
+            tests = tuple(args.tests) if args.tests else MODULES[module]
+            counts = mutate(module, tests, root, args.timeout)
             print(score_line(module, counts, time.perf_counter() - start), flush=True)
     return 0
 
