@@ -123,3 +123,27 @@ def test_relative_distance_profile_recovers_a_toeplitz_kernel(l1, l2, n):
     P = np.random.default_rng(0).normal(size=(l1, l2))
     _, values = nm.relative_distance_profile(P)
     np.testing.assert_allclose(values[l2 - 1], np.mean(np.diag(P)))
+
+
+def test_cosine_edge_cases_have_exact_values():
+    """Small norms are still normalised; a zero (or round-off negative) diagonal entry gives a
+    cosine of exactly 0, never NaN; float32 inputs are computed in float64."""
+    K = np.array([[0.25, 0.1], [0.1, 0.25]])
+    np.testing.assert_array_equal(nm.cosine(K, np.diag(K), np.diag(K)), [[1.0, 0.4], [0.4, 1.0]])
+    K = np.array([[0.0, 0.0], [0.0, 4.0]])
+    np.testing.assert_array_equal(nm.cosine(K, [0.0, 4.0], [0.0, 4.0]), [[0.0, 0.0], [0.0, 1.0]])
+    np.testing.assert_array_equal(nm.cosine(K, [-1e-12, 4.0], [-1e-12, 4.0]), [[0, 0], [0, 1]])
+    K32 = np.array([[3.0, 1e-4], [1e-4, 3.0]], np.float32)
+    expected = np.float64(np.float32(1e-4)) / 3.0
+    assert nm.cosine(K32, np.diag(K32), np.diag(K32))[0, 1] == expected
+
+
+def test_offdiag_mean_of_a_single_probe_is_undefined():
+    assert math.isnan(nm.kernel_stats(np.array([[2.0]]))["offdiag_mean"])
+    stats = nm.kernel_stats(np.array([[1.0, 2.0], [2.0, 5.0]]))
+    assert stats["offdiag_mean"] == 2.0 and stats["mean"] == 2.5
+
+
+def test_effective_rank_ignores_round_off_negative_eigenvalues():
+    K = np.diag([1.0, 1.0, -1e-9])
+    assert nm.effective_rank(K) == pytest.approx(2.0, rel=1e-12)
