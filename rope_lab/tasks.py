@@ -728,7 +728,7 @@ class TextLMTask(Task):
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        state = {"eval_fraction": 0.1, **state}
+        state = {"eval_fraction": TextLMTask.__dataclass_fields__["eval_fraction"].default, **state}
         for k, v in state.items():
             object.__setattr__(self, k, v)
         object.__setattr__(self, "data", _load_text(self.path))
