@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import hashlib
 import json
 import types
@@ -20,7 +21,8 @@ from typing import Any
 
 import yaml
 
-PE_KINDS = ("none", "learned", "sinusoidal", "rope", "alibi")
+from rope_lab.registry import POSITIONS, TASKS, Registry, UnknownName
+
 NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu", "swiglu")
 PARAMETRIZATIONS = ("sp", "ntk", "mup")
@@ -48,20 +50,21 @@ def thaw(params: Params) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in params}
 
 
-@dataclass(frozen=True)
-class RopeConfig:
-    """RoPE used in training: base `theta`, rotated fraction of each head, training-time scaling."""
-
-    theta: float = 10000.0
-    rotary_fraction: float = 1.0
-    scaling: str = "default"
-    factor: float = 1.0
-    params: Params = ()
+def variant_class(registry: Registry, name: str, path: str) -> type:
+    """The config class registered as `name`; ConfigError naming `path` and the allowed."""
+    try:
+        return registry[name]
+    except UnknownName:
+        raise ConfigError(
+            f"{path}: unknown value {name!r}{_did_you_mean(name, registry.names())}; "
+            f"allowed: {', '.join(registry.names())}"
+        ) from None
 
 
 @dataclass(frozen=True)
 class PositionConfig:
-    """How positions enter the model.
+    """How positions enter the model: the encoding `kind` and its own typed config `options`
+    (a registered `positions.EncodingConfig`, reachable as `position.<kind>` too).
 
     `max_length` sizes the learned table (None: the longest evaluated length). With
     `randomized`, training positions are a sorted random subset of [0, random_max_length)
@@ -72,7 +75,21 @@ class PositionConfig:
     max_length: int | None = None
     randomized: bool = False
     random_max_length: int | None = None
-    rope: RopeConfig = RopeConfig()
+    # A variant field: in YAML and `to_dict` its fields sit under the kind's name
+    # (`model.position.rope.theta`); sub-mappings of other registered kinds are type-checked
+    # and dropped, so a grid over kinds x RoPE fields gives each non-RoPE trial once.
+    options: Any = dataclasses.field(default=None, metadata={"registry": POSITIONS, "tag": "kind"})
+
+    def __post_init__(self) -> None:
+        cls = variant_class(POSITIONS, self.kind, "model.position.kind")
+        if type(self.options) is not cls:  # None, or left over from another kind by `replace`
+            object.__setattr__(self, "options", cls())
+
+    def __getattr__(self, name: str) -> Any:
+        state = self.__dict__
+        if name == state.get("kind"):
+            return state["options"]
+        raise AttributeError(f"PositionConfig has no {name!r} (kind is {state.get('kind')!r})")
 
 
 @dataclass(frozen=True)
@@ -89,7 +106,7 @@ class ModelConfig:
     parametrization: str = "sp"
     base_width: int = 128
     dtype: str = "float32"
-    position: PositionConfig = PositionConfig()
+    position: PositionConfig = dataclasses.field(default_factory=PositionConfig)
 
     @property
     def n_heads(self) -> int:
@@ -212,7 +229,7 @@ class TrialConfig:
     """Everything that defines one trial."""
 
     name: str = "trial"
-    model: ModelConfig = ModelConfig()
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     task: TaskConfig = TaskConfig()
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
@@ -244,16 +261,13 @@ class TrialConfig:
             candidates.append(pos.random_max_length)
         return max(candidates)
 
-    @property
+    @functools.cached_property
     def trial_id(self) -> str:
-        """Readable slug plus a hash of the canonical config."""
+        """Readable slug plus a hash of the canonical config (computed once per config)."""
         m = self.model
-        scaling = ""
-        if m.position.kind == "rope" and m.position.rope.scaling != "default":
-            scaling = f"-{m.position.rope.scaling}{m.position.rope.factor:g}"
         slug = (
-            f"{self.task.name}-{m.position.kind}{scaling}-w{m.width}-d{m.depth}"
-            f"-L{self.train.length}-s{self.train.seed}"
+            f"{self.task.name}-{m.position.kind}{m.position.options.slug()}-w{m.width}"
+            f"-d{m.depth}-L{self.train.length}-s{self.train.seed}"
         )
         return f"{slug}-{config_hash(self)}"
 
@@ -262,26 +276,51 @@ def dotted_fields(cls: type = TrialConfig, prefix: str = "") -> dict[str, Any]:
     """Every leaf field of a config dataclass as dotted path -> type hint, in declaration order.
 
     E.g. `{"name": str, "model.width": int, ..., "task.params": Params, ...}`; nested config
-    dataclasses are descended into, `Params` mappings are leaves.
+    dataclasses are descended into, `Params` mappings are leaves, and a variant field lists
+    the fields of every registered variant under its name (`model.position.rope.theta`).
     """
     hints = typing.get_type_hints(cls)
     out: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         path, tp = f"{prefix}{f.name}", hints[f.name]
-        if dataclasses.is_dataclass(tp):
+        if "registry" in f.metadata:
+            for name, variant in f.metadata["registry"].items():
+                out.update(dotted_fields(variant, f"{prefix}{name}."))
+        elif dataclasses.is_dataclass(tp):
             out.update(dotted_fields(tp, f"{path}."))  # type: ignore[arg-type]
         else:
             out[path] = tp
     return out
 
 
+def variant_tag(key: str, cls: type = TrialConfig) -> tuple[str, str] | None:
+    """For a dotted key inside a variant's fields, (dotted tag key, variant name), e.g.
+    "model.position.rope.theta" -> ("model.position.kind", "rope"); else None."""
+    head, _, rest = key.partition(".")
+    for f in dataclasses.fields(cls):
+        if "registry" in f.metadata and head in f.metadata["registry"]:
+            return f.metadata["tag"], head
+        if f.name == head and rest and dataclasses.is_dataclass(hint := _hint_of(cls, f.name)):
+            found = variant_tag(rest, hint)  # type: ignore[arg-type]
+            return None if found is None else (f"{head}.{found[0]}", found[1])
+    return None
+
+
+def _hint_of(cls: type, name: str) -> Any:
+    return typing.get_type_hints(cls)[name]
+
+
 def to_dict(cfg: Any) -> dict[str, Any]:
-    """A plain, YAML/JSON-able dict of a config (params as mappings)."""
+    """A plain, YAML/JSON-able dict of a config (params as mappings, a variant's fields under
+    its name)."""
     out: dict[str, Any] = {}
     hints = typing.get_type_hints(type(cfg))
     for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name)
-        if dataclasses.is_dataclass(value):
+        if "registry" in f.metadata:
+            if dataclasses.fields(value):
+                out[getattr(cfg, f.metadata["tag"])] = to_dict(value)
+        elif dataclasses.is_dataclass(value):
             out[f.name] = to_dict(value)
         elif hints[f.name] == Params:
             out[f.name] = {k: _params_to_plain(v) for k, v in value}
@@ -376,22 +415,44 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
 
 def unknown_key_message(key: str, allowed: list[str], path: str) -> str:
     """'unknown key' message with a did-you-mean suggestion and the allowed keys."""
-    close = difflib.get_close_matches(key, allowed, n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    hint = _did_you_mean(key, allowed)
     return f"{path}: unknown key '{key}'{hint}; allowed: {', '.join(sorted(allowed))}"
+
+
+def _did_you_mean(key: str, allowed: typing.Iterable[str]) -> str:
+    close = difflib.get_close_matches(key, list(allowed), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def from_dict(cls: type[T], data: Mapping[str, Any], path: str = "") -> T:
     """Build a config dataclass from a nested mapping, rejecting unknown keys and bad types."""
     hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    names = [f.name for f in fields]
     kwargs = {}
+    for f in (f for f in fields if "registry" in f.metadata):
+        registry, tag = f.metadata["registry"], f.metadata["tag"]
+        default = next(g.default for g in fields if g.name == tag)
+        chosen = data.get(tag, default)
+        names = [n for n in names if n != f.name] + list(registry.names())
+        for name in (n for n in registry.names() if n in data):
+            value, name_path = data[name], _join(path, name)
+            if value is not None and not isinstance(value, Mapping):
+                raise ConfigError(f"{name_path}: expected a mapping, got {value!r}")
+            variant = from_dict(registry[name], value or {}, name_path)
+            if name == chosen:
+                kwargs[f.name] = variant
     for key, value in data.items():
-        key_path = f"{path}.{key}" if path else str(key)
+        key_path = _join(path, str(key))
         if key not in names:
             raise ConfigError(unknown_key_message(str(key), names, key_path))
-        kwargs[key] = _coerce(value, hints[key], key_path)
+        if key in hints:
+            kwargs[key] = _coerce(value, hints[key], key_path)
     return cls(**kwargs)
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
 
 
 def _check_choice(value: str, allowed: tuple[str, ...], path: str) -> None:
@@ -408,9 +469,11 @@ def _check_positive(value: float | int | None, path: str, *, allow_zero: bool = 
 
 
 def validate(cfg: TrialConfig) -> TrialConfig:
-    """Check a trial config; raise ConfigError naming the key path. Returns the config."""
-    from rope_lab import rope, tasks
+    """Check a trial config; raise ConfigError naming the key path. Returns the config.
 
+    Each variant checks its own fields and the rules that involve it (the position encoding,
+    the task), so this module imports none of them.
+    """
     m, p = cfg.model, cfg.model.position
     tr = cfg.train
     for name in ("length", "batch_size", "lr", "clip_norm"):
@@ -462,41 +525,29 @@ def validate(cfg: TrialConfig) -> TrialConfig:
         _check_positive(m.head_dim, "model.head_dim")
         if m.width % m.head_dim:  # type: ignore[operator]
             raise ConfigError(f"model.head_dim: {m.head_dim} does not divide model.width={m.width}")
-    _check_choice(p.kind, PE_KINDS, "model.position.kind")
     _check_positive(p.max_length, "model.position.max_length")
-    if p.randomized:
-        if p.kind not in ("learned", "sinusoidal", "rope", "alibi"):
-            raise ConfigError(
-                "model.position.randomized: needs an encoding that takes positions, "
-                f"not kind={p.kind!r}"
-            )
-        if p.random_max_length is None or p.random_max_length < cfg.train.length:
-            raise ConfigError(
-                "model.position.random_max_length: must be >= train.length="
-                f"{cfg.train.length} when randomized, got {p.random_max_length!r}"
-            )
-    if p.kind == "learned" and p.max_length is not None and p.max_length < max(cfg.eval_lengths):
-        raise ConfigError(
-            f"model.position.max_length: {p.max_length} is shorter than the longest "
-            f"evaluated length {max(cfg.eval_lengths)}"
-        )
-    r = p.rope
-    _check_positive(r.theta, "model.position.rope.theta")
-    if not 0 < r.rotary_fraction <= 1:
-        raise ConfigError(
-            f"model.position.rope.rotary_fraction: must be in (0, 1], got {r.rotary_fraction!r}"
-        )
-    rotary_dim = rotary_dim_of(m)
-    if p.kind == "rope" and rotary_dim < 2:
-        raise ConfigError(
-            f"model.position.rope.rotary_fraction: rotates {rotary_dim} dims of "
-            f"head_dim={m.d_head}; need at least 2"
-        )
-    _check_rope(
-        r.scaling, rotary_dim, r.factor, cfg.train.length, thaw(r.params), "model.position.rope"
-    )
+    p.options.check(cfg, f"model.position.{p.kind}")
+    _check_task(cfg)
 
-    t = cfg.task
+    nk = cfg.ntk
+    _check_choice(nk.output, NTK_OUTPUTS, "ntk.output")
+    for name in ("probes", "chunk_size", "position_probes"):
+        _check_positive(getattr(nk, name), f"ntk.{name}")
+    _check_positive(nk.ridge, "ntk.ridge")
+    for i, mult in enumerate(nk.probe_multipliers):
+        if mult < 1:
+            raise ConfigError(f"ntk.probe_multipliers[{i}]: must be >= 1, got {mult!r}")
+    for i, step in enumerate(nk.steps):
+        if not 0 <= step <= tr.steps:
+            raise ConfigError(f"ntk.steps[{i}]: must be in [0, train.steps={tr.steps}], got {step}")
+    return cfg
+
+
+def _check_task(cfg: TrialConfig) -> None:  # interim until tasks.check_trial exists
+    tasks = TASKS.module()
+    if hasattr(tasks, "check_trial"):
+        return tasks.check_trial(cfg)
+    t, tr = cfg.task, cfg.train
     if t.name not in tasks.TASKS:
         raise ConfigError(f"task.name: unknown task {t.name!r}; allowed: {', '.join(tasks.TASKS)}")
     try:
@@ -516,62 +567,6 @@ def validate(cfg: TrialConfig) -> TrialConfig:
         except ValueError as err:
             raise ConfigError(f"{key_path}: length {length} does not fit the task: {err}") from None
 
-    nk = cfg.ntk
-    _check_choice(nk.output, NTK_OUTPUTS, "ntk.output")
-    for name in ("probes", "chunk_size", "position_probes"):
-        _check_positive(getattr(nk, name), f"ntk.{name}")
-    _check_positive(nk.ridge, "ntk.ridge")
-    for i, mult in enumerate(nk.probe_multipliers):
-        if mult < 1:
-            raise ConfigError(f"ntk.probe_multipliers[{i}]: must be >= 1, got {mult!r}")
-    for i, step in enumerate(nk.steps):
-        if not 0 <= step <= tr.steps:
-            raise ConfigError(f"ntk.steps[{i}]: must be in [0, train.steps={tr.steps}], got {step}")
-    method_names = [name for name, _ in ev.method_params]
-    for name in method_names:
-        if name not in rope.ROPE_KINDS:
-            raise ConfigError(
-                f"eval.method_params.{name}: unknown scaling method; "
-                f"allowed: {', '.join(rope.ROPE_KINDS)}"
-            )
-    if p.kind == "rope":
-        for i, method in enumerate(ev.methods):
-            for factor in ev.factors:
-                _check_rope(
-                    method,
-                    rotary_dim,
-                    factor,
-                    tr.length,
-                    ev.params_for(method),
-                    f"eval.methods[{i}]",
-                )
-    else:
-        for i, method in enumerate(ev.methods):
-            _check_choice(method, rope.ROPE_KINDS, f"eval.methods[{i}]")
-    return cfg
-
-
-def rotary_dim_of(m: ModelConfig) -> int:
-    """Rotated dimensions per head: rotary_fraction x head_dim, rounded down to even."""
-    return int(m.d_head * m.position.rope.rotary_fraction) // 2 * 2
-
-
-def _check_rope(
-    kind: str, rotary_dim: int, factor: float, length: int, params: dict, path: str
-) -> None:
-    from rope_lab import rope
-
-    if kind not in rope.ROPE_KINDS:
-        raise ConfigError(
-            f"{path}: unknown scaling {kind!r}; allowed: {', '.join(rope.ROPE_KINDS)}"
-        )
-    try:
-        rope.validate_scaling(
-            kind, max(rotary_dim, 2), factor=factor, original_length=length, **params
-        )
-    except ValueError as err:
-        raise ConfigError(f"{path} ({kind}, factor {factor:g}): {err}") from None
-
 
 def load_trial(path: str | Path) -> TrialConfig:
     """Read a trial YAML file into a validated TrialConfig; errors name the file."""
@@ -589,7 +584,11 @@ def load_trial(path: str | Path) -> TrialConfig:
 
 
 def replace(cfg: Any, **changes: Any) -> Any:
-    """`dataclasses.replace` that accepts dotted paths, e.g. replace(cfg, **{"model.width": 64})."""
+    """`dataclasses.replace` that accepts dotted paths, e.g. replace(cfg, **{"model.width": 64}).
+
+    A variant's fields are addressed by its name (`model.position.rope.theta`); changes to a
+    variant other than the chosen one are dropped, as in `from_dict`.
+    """
     nested: dict[str, dict[str, Any]] = {}
     direct: dict[str, Any] = {}
     for key, value in changes.items():
@@ -598,6 +597,15 @@ def replace(cfg: Any, **changes: Any) -> Any:
             nested.setdefault(head, {})[rest] = value
         else:
             direct[head] = value
+    for f in (f for f in dataclasses.fields(cfg) if "registry" in f.metadata):
+        registry, tag = f.metadata["registry"], f.metadata["tag"]
+        chosen = direct.get(tag, getattr(cfg, tag))
+        for name in [n for n in (*nested, *direct) if n in registry]:
+            sub, whole = nested.pop(name, {}), direct.pop(name, None)
+            if name == chosen:
+                current = getattr(cfg, f.name)
+                base = whole or (current if type(current) is registry[name] else registry[name]())
+                direct[f.name] = replace(base, **sub)
     for head, sub in nested.items():
         direct[head] = replace(getattr(cfg, head), **sub)
     return dataclasses.replace(cfg, **direct)
@@ -608,13 +616,11 @@ __all__ = [
     "MLPS",
     "NORMS",
     "PARAMETRIZATIONS",
-    "PE_KINDS",
     "ConfigError",
     "EvalConfig",
     "ModelConfig",
     "NTKConfig",
     "PositionConfig",
-    "RopeConfig",
     "TaskConfig",
     "TrainConfig",
     "TrialConfig",

@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 import equinox as eqx
 import jax
@@ -21,20 +20,10 @@ from jaxtyping import Array, Int
 
 from rope_lab.config import TrialConfig, thaw
 from rope_lab.model import Transformer, with_scaling
+from rope_lab.scaling_plan import NO_SCALING, Scaling, scalings_for
 from rope_lab.tasks import Batch, Task
 from rope_lab.train import batch_positions, token_losses, train
 from rope_lab.xla_options import FEW_CALLS
-
-NO_SCALING = "none"
-
-
-@dataclass(frozen=True)
-class Scaling:
-    """A RoPE scaling applied at evaluation: method, factor, extra parameters (as pairs)."""
-
-    method: str
-    factor: float
-    params: tuple = ()
 
 
 def _draw(
@@ -172,25 +161,6 @@ def rows_for_length(
     return rows
 
 
-def scalings_for(cfg: TrialConfig) -> list[Scaling]:
-    """The training-time scaling first, then every (method, factor) of the eval config (RoPE)."""
-    pos = cfg.model.position
-    if pos.kind != "rope":
-        return [Scaling(NO_SCALING, 1.0)]
-    out = [Scaling(pos.rope.scaling, pos.rope.factor, pos.rope.params)]
-    for method in cfg.eval.methods:
-        for factor in cfg.eval.factors:
-            candidate = eval_scaling(cfg, method, factor)
-            if candidate not in out:
-                out.append(candidate)
-    return out
-
-
-def eval_scaling(cfg: TrialConfig, method: str, factor: float) -> Scaling:
-    """One scaling method of the eval config at `factor`, with its (frozen) parameters."""
-    return Scaling(method, factor, dict(cfg.eval.method_params).get(method, ()))
-
-
 def evaluate_model(
     model: Transformer,
     task: Task,
@@ -236,7 +206,7 @@ def finetune_and_evaluate(
     `eval.finetune_steps` steps at factor x L_train with that scaling, then evaluate at every
     length. Empty when finetune_steps is 0 or the model is not RoPE."""
     ev = cfg.eval
-    if ev.finetune_steps <= 0 or cfg.model.position.kind != "rope":
+    if ev.finetune_steps <= 0 or not cfg.model.position.options.supports_scaling:
         return []
     rows: list[dict] = []
     for scaling in scalings_for(cfg)[1:] if scalings is None else scalings:

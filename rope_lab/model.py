@@ -39,7 +39,6 @@ from rope_lab.config import ModelConfig
 from rope_lab.positions import (
     Frozen,
     PositionEncoding,
-    RotaryPE,
     make_position_encoding,
     rope_frequencies,
     with_rope_scaling,
@@ -167,7 +166,7 @@ class Attention(eqx.Module):
     ) -> Float[Array, "H L L"]:
         q, k = self._rotated(q, k, positions, encoding)
         logits = jnp.einsum("hqd,hkd->hqk", q, k).astype(jnp.float32) * self.scale
-        bias = encoding.bias(positions)
+        bias = encoding.bias(positions, positions)
         return logits if bias is None else logits + bias
 
     def logits(
@@ -197,10 +196,16 @@ class Attention(eqx.Module):
         length, width = q.shape
         q, k = self._rotated(q, k, positions, encoding)
         v = self._split(v).transpose(1, 0, 2)
-        bias = encoding.bias(positions)
         out = jnp.concatenate(
             [
-                self._attend_block(q[:, start:stop], k, v, bias, start, stop)
+                self._attend_block(
+                    q[:, start:stop],
+                    k,
+                    v,
+                    encoding.bias(positions[start:stop], positions[:stop]),
+                    start,
+                    stop,
+                )
                 for start, stop in causal_blocks(length)
             ],
             axis=1,
@@ -210,11 +215,12 @@ class Attention(eqx.Module):
     def _attend_block(
         self, q: Array, k: Array, v: Array, bias: Array | None, start: int, stop: int
     ) -> Float[Array, "H B Dh"]:
-        """Outputs of the queries (H, B, Dh) at [start, stop), which see keys [0, stop) only."""
+        """Outputs of the queries (H, B, Dh) at [start, stop), which see keys [0, stop) only;
+        `bias` is that block's (H, B, stop) logit bias, or None."""
         logits = jnp.einsum("hqd,hkd->hqk", q, k[:, :stop]).astype(jnp.float32)
         logits = logits * self.scale
         if bias is not None:
-            logits = logits + bias[:, start:stop, :stop]
+            logits = logits + bias
         causal = jnp.arange(start, stop)[:, None] >= jnp.arange(stop)[None, :]
         logits = jnp.where(causal[None], logits, -jnp.inf)
         weights = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
@@ -370,12 +376,6 @@ def count_params(model: eqx.Module) -> int:
     return sum(x.size for x in jax.tree.leaves(params))
 
 
-def _path_names(model: eqx.Module) -> list[tuple[str, Array]]:
-    params = eqx.filter(model, trainable(model))
-    leaves = jax.tree_util.tree_leaves_with_path(params)
-    return [(jax.tree_util.keystr(path), leaf) for path, leaf in leaves]
-
-
 def _per_leaf(model: eqx.Module, linear_weight, other) -> eqx.Module:
     """Pytree shaped like the trainable params: `linear_weight` on Linear weights, else `other`."""
     params = eqx.filter(model, trainable(model))
@@ -411,7 +411,7 @@ def with_scaling(
 
     Non-RoPE models are returned unchanged. Dynamic scaling depends on `seq_len`.
     """
-    if not isinstance(model.position, RotaryPE):
+    if not model.config.position.options.supports_scaling:
         return model
     inv, attention_factor = rope_frequencies(
         model.config,
@@ -424,11 +424,3 @@ def with_scaling(
     return eqx.tree_at(
         lambda m: m.position, model, with_rope_scaling(model.position, inv, attention_factor)
     )
-
-
-def param_groups(model: Transformer) -> dict[str, float]:
-    """Trainable scalar count per named group (for reporting)."""
-    groups: dict[str, float] = {}
-    for name, leaf in _path_names(model):
-        groups[name] = groups.get(name, 0) + leaf.size
-    return groups

@@ -242,7 +242,10 @@ def config_schema(cls: type, *, prefix: str = "") -> dict[str, pl.DataType]:
     for f in dataclasses.fields(cls):
         name = f"{prefix}{f.name}"
         nested = _nested_dataclass(hints[f.name])
-        if nested is not None:
+        if "registry" in f.metadata:  # a variant field: every registered variant's columns
+            for variant_name, variant in f.metadata["registry"].items():
+                schema.update(config_schema(variant, prefix=f"{prefix}{variant_name}."))
+        elif nested is not None:
             schema.update(config_schema(nested, prefix=f"{name}."))
         else:
             schema[name] = _hint_dtype(hints[f.name])
@@ -317,7 +320,10 @@ def flatten_config(cfg: Any, *, prefix: str = "") -> dict[str, Any]:
         name = f"{prefix}{f.name}"
         value = getattr(cfg, f.name)
         hint = hints.get(f.name, Any)
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if "registry" in f.metadata:  # a variant field: the chosen variant, under its name
+            prefix_of_variant = f"{prefix}{getattr(cfg, f.metadata['tag'])}."
+            out.update(flatten_config(value, prefix=prefix_of_variant))
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
             out.update(flatten_config(value, prefix=f"{name}."))
         elif value is None and (nested := _nested_dataclass(hint)) is not None:
             out.update(dict.fromkeys(config_schema(nested, prefix=f"{name}.")))

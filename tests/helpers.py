@@ -10,11 +10,11 @@ from rope_lab.config import (
     ModelConfig,
     NTKConfig,
     PositionConfig,
-    RopeConfig,
     TaskConfig,
     TrainConfig,
     TrialConfig,
 )
+from rope_lab.positions import RopeConfig
 
 
 def tiny_trial(
@@ -39,7 +39,7 @@ def tiny_trial(
             width=width,
             depth=depth,
             head_dim=head_dim,
-            position=PositionConfig(kind=kind, rope=RopeConfig(scaling=scaling, factor=factor)),
+            position=PositionConfig(kind=kind, options=RopeConfig(scaling=scaling, factor=factor)),
         ),
         task=TaskConfig(name=task, vocab_size=vocab, params=task_params),
         train=TrainConfig(

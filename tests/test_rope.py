@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -16,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rope_lab import rope
+from rope_lab.registry import SCALINGS
 
 GOLDEN = Path(__file__).parent / "fixtures" / "hf_rope_golden.json"
 # float32 outputs vs float64 closed forms: HF rounds 2i/d to float32 (relative error up to
@@ -337,11 +339,46 @@ def test_longrope_short_long_switch_and_attention_factor() -> None:
     assert_close(inv, base / long_)
 
 
-def test_kind_tables_are_consistent() -> None:
-    assert set(rope.ROPE_PARAMS) == set(rope.ROPE_KINDS)
+def test_kinds_are_the_registered_methods() -> None:
+    """The kinds, their parameters and the required ones all come from the registered classes
+    (tests/scalings/test_registry.py checks each class)."""
+    assert SCALINGS.names() == rope.ROPE_KINDS
     assert rope.ROPE_KINDS[0] == "default"
-    for kind, required in rope.ROPE_REQUIRED_PARAMS.items():
-        assert set(required) <= set(rope.ROPE_PARAMS[kind])
+    required = {
+        kind: {
+            f.name for f in dataclasses.fields(SCALINGS[kind]) if f.default is dataclasses.MISSING
+        }
+        for kind in rope.ROPE_KINDS
+    }
+    assert {k: v for k, v in required.items() if v} == {
+        "llama3": {"low_freq_factor", "high_freq_factor"},
+        "longrope": {"short_factor", "long_factor"},
+    }
+    for kind, names in required.items():
+        for name in names:
+            with pytest.raises(ValueError, match=f"parameter {name} is required for kind '{kind}'"):
+                rope.scaling_config(kind, **dict.fromkeys(names - {name}, 1.0), **{name: None})
+
+
+def test_scaling_config_is_typed_and_hashable() -> None:
+    cfg = rope.scaling_config("yarn", beta_fast=16, mscale=None, truncate=False)
+    assert isinstance(cfg, SCALINGS["yarn"]) and cfg.name == "yarn"
+    assert (cfg.beta_fast, cfg.mscale, cfg.truncate) == (16, None, False)
+    assert cfg == rope.scaling_config("yarn", beta_fast=16, truncate=False)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.beta_fast = 8  # type: ignore[misc]
+    lr = rope.scaling_config("longrope", short_factor=np.ones(4), long_factor=[1, 2, 3, 4])
+    assert lr.long_factor == (1.0, 2.0, 3.0, 4.0) and isinstance(lr.short_factor, tuple)
+    assert hash(lr) == hash(
+        rope.scaling_config("longrope", short_factor=(1,) * 4, long_factor=lr.long_factor)
+    )
+    allowed = "allowed: beta_fast, beta_slow, mscale, mscale_all_dim, attention_factor, truncate"
+    with pytest.raises(
+        ValueError, match=re.escape(f"unknown parameter 'foo' (value 1) for kind 'yarn'; {allowed}")
+    ):
+        rope.scaling_config("yarn", foo=1)
+    with pytest.raises(ValueError, match="unknown RoPE kind 'nope'; allowed kinds: default, "):
+        rope.scaling_config("nope")
 
 
 # ----------------------------------------------------------------------------- HF golden values
@@ -401,7 +438,12 @@ def test_matches_hf_golden_within_a_few_ulps() -> None:
             **case["params"],
         )
         expected = np.asarray(case["inv_freq"], dtype=np.float64)
-        worst = max(worst, float(np.max(np.abs(inv - expected) / expected)))
+        zero = expected == 0  # proportional's unrotated frequencies: exactly zero
+        np.testing.assert_array_equal(inv[zero], 0.0)
+        assert np.all(inv[~zero] != 0)
+        if (~zero).any():
+            rel = np.abs(inv[~zero] - expected[~zero]) / expected[~zero]
+            worst = max(worst, float(np.max(rel)))
     assert worst < 4e-7
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rope_lab.config import TrialConfig
+from rope_lab.scaling_plan import scalings_for
 from rope_lab.sweep.spec import SweepSpec, axis_assignments, format_value
 
 
@@ -24,17 +25,14 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
     d, v, k = m.width, trial.task.vocab_size, 3 if m.mlp == "swiglu" else 2
     norm = 2 * d if m.norm == "layernorm" else d
     matmul = m.depth * (4 * d * d + k * d * m.d_mlp) + d * v
-    table = trial.max_length * d if m.position.kind == "learned" else 0
-    n_params = v * d + table + matmul + m.depth * 2 * norm + norm
+    encoding = m.position.options.n_params(m, max_length=trial.max_length)
+    n_params = v * d + encoding + matmul + m.depth * 2 * norm + norm
 
     def seq_flops(length: int) -> int:
         return 2 * matmul * length + 4 * m.depth * length * length * d
 
-    scalings: set[tuple[str, float]] = set()
-    if m.position.kind == "rope":
-        scalings = {(meth, f) for meth in ev.methods for f in ev.factors}
-        scalings.discard((m.position.rope.scaling, m.position.rope.factor))
-    finetune = ev.finetune_steps if m.position.kind == "rope" else 0
+    scalings = [(s.method, s.factor) for s in scalings_for(trial)[1:]]
+    finetune = ev.finetune_steps if m.position.options.supports_scaling else 0
     ft_lengths = [round(f * tr.length) for _, f in scalings] if finetune else []
     passes = 1 + len(scalings) + len(ft_lengths)
     eval_seqs = passes * ev.batches * ev.batch_size

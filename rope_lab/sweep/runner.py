@@ -19,8 +19,9 @@ from typing import Any, Protocol
 from rope_lab.allocator import worker_env
 from rope_lab.config import TrialConfig, to_dict
 from rope_lab.results import is_finished, mark_success, trial_dir, write_trial_row
+from rope_lab.scaling_plan import scaling_stages
 from rope_lab.sweep.spec import Resources, SweepSpec
-from rope_lab.sweep.stages import run_scaling_stage, run_train_stage, scaling_stages
+from rope_lab.sweep.stages import run_scaling_stage, run_train_stage
 
 
 class Runner(Protocol):

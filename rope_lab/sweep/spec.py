@@ -32,6 +32,7 @@ from rope_lab.config import (
     to_dict,
     unknown_key_message,
     validate,
+    variant_tag,
 )
 
 NAME_PATTERN = re.compile(r"[a-z0-9_-]+")
@@ -205,7 +206,10 @@ def _check_key(key: Any, section: str) -> str:
 
 def _coerce(key: str, value: Any, section: str) -> Any:
     """`value` coerced and type-checked like the TrialConfig field `key`, as plain data."""
-    cfg = from_dict(TrialConfig, _nest(key, value), section)
+    data = _nest(key, value)
+    if (tag := variant_tag(key)) is not None:  # e.g. model.position.kind for a RoPE field
+        _set(data, *tag)
+    cfg = from_dict(TrialConfig, data, section)
     return _lookup(to_dict(cfg), key)
 
 
@@ -375,10 +379,11 @@ def _expand(
 
 
 def _apply_scaling(cfg: TrialConfig, scaling: ScalingSpec | None) -> TrialConfig:
-    """Set the RoPE eval stages of a RoPE trial; clear them (no scalings) for any other PE."""
+    """Set the eval stages of a trial whose encoding `supports_scaling` (RoPE); clear them (no
+    scalings) for any other encoding."""
     if scaling is None:
         return cfg
-    if cfg.model.position.kind != "rope":
+    if not cfg.model.position.options.supports_scaling:
         return replace(cfg, **{"eval.methods": (), "eval.factors": (), "eval.finetune_steps": 0})
     changes = {f"eval.{f.name}": getattr(scaling, f.name) for f in dataclasses.fields(scaling)}
     return replace(cfg, **{k: v for k, v in changes.items() if v is not None})

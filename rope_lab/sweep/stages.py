@@ -225,12 +225,3 @@ def _scale(cfg: TrialConfig, run_dir: Path, method: str, factor: float, stage: s
     with phases.phase("io"):
         append_rows(folder, "eval", rows, segment=f"eval_{stage}")
     return {"status": "done", "phases": phases.as_dict()}
-
-
-def scaling_stages(cfg: TrialConfig) -> list[tuple[str, float]]:
-    """(method, factor) pairs evaluated as separate stages (RoPE models only)."""
-    if cfg.model.position.kind != "rope":
-        return []
-    base = (cfg.model.position.rope.scaling, cfg.model.position.rope.factor)
-    pairs = [(m, f) for m in cfg.eval.methods for f in cfg.eval.factors]
-    return [p for p in dict.fromkeys(pairs) if p != base]

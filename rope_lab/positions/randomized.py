@@ -1,0 +1,55 @@
+"""Randomised positions (Ruoss et al. 2023): train on sorted random subsets of a longer range.
+
+Orthogonal to the encoding: any encoding that takes positions can be trained this way
+(`model.position.randomized`, `model.position.random_max_length`); evaluation draws its
+positions the same way.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Int, PRNGKeyArray
+
+from rope_lab.config import ConfigError
+
+if TYPE_CHECKING:
+    from rope_lab.config import TrialConfig
+
+
+def random_positions(key: PRNGKeyArray, length: int, max_length: int) -> Int[Array, " L"]:
+    """Sorted random subset of [0, max_length) of size `length`."""
+    chosen = jax.random.choice(key, max_length, (length,), replace=False)
+    return jnp.sort(chosen).astype(jnp.int32)
+
+
+def batch_positions(
+    cfg: TrialConfig, key: PRNGKeyArray, batch_size: int, length: int
+) -> Int[Array, "B L"]:
+    """Positions for a batch (B, L): 0..L-1, or sorted random subsets when randomized."""
+    pos = cfg.model.position
+    if pos.randomized:
+        keys = jax.random.split(key, batch_size)
+        assert pos.random_max_length is not None
+        max_len = max(pos.random_max_length, length)
+        return jax.vmap(lambda k: random_positions(k, length, max_len))(keys)
+    return jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (batch_size, length))
+
+
+def check_randomized(trial: TrialConfig) -> None:
+    """Randomising needs an encoding that reads positions and a range >= train.length."""
+    p = trial.model.position
+    if not p.randomized:
+        return
+    if not p.options.takes_positions:
+        raise ConfigError(
+            "model.position.randomized: needs an encoding that takes positions, "
+            f"not kind={p.kind!r}"
+        )
+    if p.random_max_length is None or p.random_max_length < trial.train.length:
+        raise ConfigError(
+            "model.position.random_max_length: must be >= train.length="
+            f"{trial.train.length} when randomized, got {p.random_max_length!r}"
+        )
