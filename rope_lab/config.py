@@ -527,7 +527,7 @@ def validate(cfg: TrialConfig) -> TrialConfig:
             raise ConfigError(f"model.head_dim: {m.head_dim} does not divide model.width={m.width}")
     _check_positive(p.max_length, "model.position.max_length")
     p.options.check(cfg, f"model.position.{p.kind}")
-    _check_task(cfg)
+    TASKS.module().check_trial(cfg)
 
     nk = cfg.ntk
     _check_choice(nk.output, NTK_OUTPUTS, "ntk.output")
@@ -541,31 +541,6 @@ def validate(cfg: TrialConfig) -> TrialConfig:
         if not 0 <= step <= tr.steps:
             raise ConfigError(f"ntk.steps[{i}]: must be in [0, train.steps={tr.steps}], got {step}")
     return cfg
-
-
-def _check_task(cfg: TrialConfig) -> None:  # interim until tasks.check_trial exists
-    tasks = TASKS.module()
-    if hasattr(tasks, "check_trial"):
-        return tasks.check_trial(cfg)
-    t, tr = cfg.task, cfg.train
-    if t.name not in tasks.TASKS:
-        raise ConfigError(f"task.name: unknown task {t.name!r}; allowed: {', '.join(tasks.TASKS)}")
-    try:
-        task = tasks.make_task(t.name, t.vocab_size, **thaw(t.params))
-    except ValueError as err:
-        raise ConfigError(f"task: {err}") from None
-    checks = [("train.length", tr.length, "train")]
-    checks += [("eval.length_multipliers", n, "eval") for n in cfg.eval_lengths]
-    if cfg.eval.finetune_steps > 0:
-        checks += [("eval.factors", round(f * tr.length), "train") for f in cfg.eval.factors]
-    if cfg.ntk.enabled:
-        checks += [("train.length", tr.length, "eval")]
-        checks += [("ntk.probe_multipliers", n, "eval") for n in cfg.ntk_lengths]
-    for key_path, length, split in checks:
-        try:
-            task.validate(length, split)
-        except ValueError as err:
-            raise ConfigError(f"{key_path}: length {length} does not fit the task: {err}") from None
 
 
 def load_trial(path: str | Path) -> TrialConfig:

@@ -1,0 +1,52 @@
+"""Deterministic, length-generic synthetic tasks for length-extrapolation experiments.
+
+Every task produces a :class:`Batch` for a causal LM (see :mod:`rope_lab.tasks.base`). Each task
+is one module of this package: its parameters, a frozen dataclass registered in
+``registry.TASKS``, and its task class. ``TASKS`` here maps names to task classes;
+:func:`make_task` builds a task by name and :func:`sample_batch` validates and samples under jit.
+
+Large, fixed arrays a task needs (the Markov source of ``lm_synthetic``, the bytes of
+``lm_text``) are *operands*: :func:`sample_batch` passes them to the jitted sampler as arguments
+instead of baking them into the compiled program as constants.
+"""
+
+from rope_lab.tasks.base import SPLITS, Batch, Operands, Task, TaskParams
+
+# isort: off
+# Import order is registration order, which is the order TASKS lists the tasks in.
+from rope_lab.tasks.passkey import PasskeyParams, PasskeyTask
+from rope_lab.tasks.mqar import MQARParams, MQARTask
+from rope_lab.tasks.copy import CopyParams, CopyTask
+from rope_lab.tasks.flipflop import FlipFlopParams, FlipFlopTask
+from rope_lab.tasks.synthetic_lm import SyntheticLMParams, SyntheticLMTask
+from rope_lab.tasks.text_lm import TextLMParams, TextLMTask, text_split_bounds
+# isort: on
+
+from rope_lab.tasks.factory import TASKS, check_trial, make_task, task_from_config
+from rope_lab.tasks.sampling import sample_batch
+
+__all__ = [
+    "SPLITS",
+    "TASKS",
+    "Batch",
+    "CopyParams",
+    "CopyTask",
+    "FlipFlopParams",
+    "FlipFlopTask",
+    "MQARParams",
+    "MQARTask",
+    "Operands",
+    "PasskeyParams",
+    "PasskeyTask",
+    "SyntheticLMParams",
+    "SyntheticLMTask",
+    "Task",
+    "TaskParams",
+    "TextLMParams",
+    "TextLMTask",
+    "check_trial",
+    "make_task",
+    "sample_batch",
+    "task_from_config",
+    "text_split_bounds",
+]

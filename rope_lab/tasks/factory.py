@@ -1,0 +1,66 @@
+"""Building tasks by name or from a trial config, and checking a trial's lengths against them."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from rope_lab import registry
+from rope_lab.config import ConfigError, TaskConfig, TrialConfig, thaw
+from rope_lab.tasks.base import Task
+
+
+class TaskClasses(Mapping[str, type[Task]]):
+    """``registry.TASKS`` (name -> parameters class) seen as name -> task class, in order."""
+
+    def __getitem__(self, name: str) -> type[Task]:
+        return registry.TASKS[name].task_class
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(registry.TASKS.names())
+
+    def __len__(self) -> int:
+        return len(registry.TASKS.names())
+
+
+TASKS = TaskClasses()
+
+
+def make_task(name: str, vocab_size: int, **params: Any) -> Task:
+    """Build the task registered as ``name``; raise ValueError for unknown names or parameters."""
+    if name not in registry.TASKS:
+        close = difflib.get_close_matches(str(name), registry.TASKS.names(), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"unknown task {name!r}; available tasks: {', '.join(TASKS)}.{hint}")
+    return registry.TASKS[name].from_kwargs(**params).build(vocab_size)
+
+
+def task_from_config(task_cfg: TaskConfig) -> Task:
+    """The task a ``task:`` config section names, with its vocabulary size and parameters."""
+    return make_task(task_cfg.name, task_cfg.vocab_size, **thaw(task_cfg.params))
+
+
+def check_trial(cfg: TrialConfig) -> None:
+    """Raise ConfigError (naming the key path) if the trial's task cannot be built, or cannot
+    generate a length the trial trains, fine-tunes, evaluates or probes on its split."""
+    t, tr = cfg.task, cfg.train
+    if t.name not in registry.TASKS:
+        names = registry.TASKS.names()
+        raise ConfigError(f"task.name: unknown task {t.name!r}; allowed: {', '.join(names)}")
+    try:
+        task = task_from_config(t)
+    except ValueError as err:
+        raise ConfigError(f"task: {err}") from None
+    checks = [("train.length", tr.length, "train")]
+    checks += [("eval.length_multipliers", n, "eval") for n in cfg.eval_lengths]
+    if cfg.eval.finetune_steps > 0:
+        checks += [("eval.factors", round(f * tr.length), "train") for f in cfg.eval.factors]
+    if cfg.ntk.enabled:
+        checks += [("train.length", tr.length, "eval")]
+        checks += [("ntk.probe_multipliers", n, "eval") for n in cfg.ntk_lengths]
+    for key_path, length, split in checks:
+        try:
+            task.validate(length, split)
+        except ValueError as err:
+            raise ConfigError(f"{key_path}: length {length} does not fit the task: {err}") from None

@@ -1,0 +1,85 @@
+"""Flip-flop language modelling (Liu et al., 2023, "Exposing attention glitches")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+
+from rope_lab.registry import TASKS
+from rope_lab.tasks.base import (
+    Batch,
+    Operands,
+    Task,
+    TaskParams,
+    check_float,
+    finish,
+    randint,
+    random_bits,
+    uniform,
+)
+
+
+@TASKS.register("flipflop")
+@dataclass(frozen=True)
+class FlipFlopParams(TaskParams):
+    """The parameters of :class:`FlipFlopTask` (see there)."""
+
+    p_ignore: float = 0.8
+    display_name: ClassVar[str] = "flip-flop"
+
+
+@dataclass(frozen=True)
+class FlipFlopTask(FlipFlopParams, Task):
+    """Flip-flop language modelling (Liu et al., 2023, "Exposing attention glitches").
+
+    Vocabulary layout (ids >= 5 are unused)::
+
+        0 w (write)   1 r (read)   2 i (ignore)   3 bit "0"   4 bit "1"
+
+    Sequence of L+1 tokens: instruction/bit pairs ``x_1 b_1 x_2 b_2 ...`` (instructions at even
+    positions, truncated to L+1 tokens). ``x_1 = w``; afterwards ``P(i) = p_ignore`` and
+    ``P(w) = P(r) = (1 - p_ignore) / 2``. Bits after w and i are uniform; the bit after r equals
+    the most recently written bit. Scored: exactly the positions holding r (target = read bit).
+    ``min_length = 3``.
+    """
+
+    W: ClassVar[int] = 0
+    R: ClassVar[int] = 1
+    I: ClassVar[int] = 2  # noqa: E741
+    ZERO: ClassVar[int] = 3
+    ONE: ClassVar[int] = 4
+
+    def _check_params(self) -> None:
+        check_float(self, "p_ignore", 0.0, 1.0)
+
+    def min_vocab_size(self) -> int:
+        return 5
+
+    def _vocab_explanation(self) -> str:
+        return "w, r, i, 0, 1"
+
+    def min_length(self) -> int:
+        return 3
+
+    def _min_length_explanation(self) -> str:
+        return "the initial write and one more instruction with its bit"
+
+    def _sample(self, key: jax.Array, batch_size: int, length: int, operands: Operands) -> Batch:
+        n = length + 1
+        num = (n + 1) // 2  # instructions at positions 0, 2, 4, ... <= n - 1
+        p_write = (1.0 - self.p_ignore) / 2.0
+        rnd = random_bits(key, (batch_size, num, 2))
+        u = uniform(rnd[..., 0])
+        instr = jnp.where(u < p_write, self.W, jnp.where(u < 2 * p_write, self.R, self.I))
+        instr = instr.astype(jnp.int32).at[:, 0].set(self.W)
+        bits = randint(rnd[..., 1], 0, 2)
+        steps = jnp.arange(num, dtype=jnp.int32)
+        last_write = jax.lax.cummax(jnp.where(instr == self.W, steps, -1), axis=1)
+        written = jnp.take_along_axis(bits, last_write, axis=1)
+        bits = jnp.where(instr == self.R, written, bits)
+        seq = jnp.stack([instr, bits + self.ZERO], axis=-1).reshape(batch_size, 2 * num)[:, :n]
+        tokens = seq[:, :-1]
+        return finish(seq, tokens == self.R)

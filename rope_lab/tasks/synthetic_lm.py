@@ -1,0 +1,126 @@
+"""Language modelling on a synthetic Markov source with long-range copies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rope_lab.registry import TASKS
+from rope_lab.tasks.base import (
+    Batch,
+    Operands,
+    Task,
+    TaskParams,
+    check_float,
+    check_int,
+    check_split,
+    finish,
+    randint,
+    random_bits,
+    uniform,
+)
+
+_SOURCE_CACHE: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
+
+
+@TASKS.register("lm_synthetic")
+@dataclass(frozen=True)
+class SyntheticLMParams(TaskParams):
+    """The parameters of :class:`SyntheticLMTask` (see there)."""
+
+    branching: int = 4
+    copy_prob: float = 0.02
+    span_length: int = 16
+    min_lag: int = 32
+    seed: int = 0
+    display_name: ClassVar[str] = "synthetic LM"
+
+
+@dataclass(frozen=True)
+class SyntheticLMTask(SyntheticLMParams, Task):
+    """Language modelling on a synthetic source with long-range structure.
+
+    Vocabulary: all V = vocab_size tokens are ordinary tokens.
+
+    The source is a sparse random Markov chain: token v has ``branching`` successors
+    ``successors[v]`` (uniform over the vocabulary, drawn with ``numpy.random.default_rng(seed)``)
+    with Dirichlet(1) transition probabilities, so all batches share one source. The first token
+    is uniform. At each later position t >= min_lag that is not inside a copy, a copy starts with
+    probability ``copy_prob``: the next ``span_length`` tokens repeat the tokens at lag
+    ``uniform{min_lag, ..., t}`` (so the lag distribution widens with length and long context
+    helps). Otherwise the token is drawn from the chain. Every target is defined, so all
+    positions are scored. ``min_length = 1``.
+    """
+
+    def _check_params(self) -> None:
+        check_int(self, "branching", 1)
+        check_float(self, "copy_prob", 0.0, 1.0)
+        check_int(self, "span_length", 1)
+        check_int(self, "min_lag", 1)
+        check_int(self, "seed", 0)
+
+    def min_vocab_size(self) -> int:
+        return 2
+
+    def _vocab_explanation(self) -> str:
+        return "at least two tokens"
+
+    def min_length(self) -> int:
+        return 1
+
+    def transition_table(self) -> tuple[np.ndarray, np.ndarray]:
+        """The Markov source: successors (V, branching) int32, probabilities (V, branching)."""
+        cache_key = (self.vocab_size, self.branching, self.seed)
+        if cache_key not in _SOURCE_CACHE:
+            rng = np.random.default_rng(self.seed)
+            successors = rng.integers(
+                0, self.vocab_size, (self.vocab_size, self.branching), dtype=np.int32
+            )
+            probs = rng.dirichlet(np.ones(self.branching), self.vocab_size).astype(np.float32)
+            successors.setflags(write=False)
+            probs.setflags(write=False)
+            _SOURCE_CACHE[cache_key] = (successors, probs)
+        return _SOURCE_CACHE[cache_key]
+
+    def operands(self, split: str = "train") -> Operands:
+        check_split(split)
+        successors, probs = self.transition_table()
+        cdf = np.cumsum(probs, axis=1, dtype=np.float32)
+        cdf[:, -1] = 1.0
+        return (jnp.asarray(successors), jnp.asarray(cdf))
+
+    def _sample(self, key: jax.Array, batch_size: int, length: int, operands: Operands) -> Batch:
+        successors, cdf = operands
+        n, last = length + 1, self.branching - 1
+        rnd = random_bits(key, (n, batch_size, 3))
+        first = randint(rnd[0, :, 0], 0, self.vocab_size)
+        u = uniform(rnd)
+        u_markov, u_copy, u_lag = u[..., 0], u[..., 1], u[..., 2]
+        buf = jnp.zeros((batch_size, n), jnp.int32).at[:, 0].set(first)
+        zeros = jnp.zeros((batch_size,), jnp.int32)
+
+        def step(carry, xs):
+            buf, prev, remaining, lag = carry
+            t, um, uc, ul = xs
+            choice = jnp.minimum(jnp.sum(um[:, None] >= cdf[prev], axis=1), last)
+            markov = jnp.take_along_axis(successors[prev], choice[:, None], axis=1)[:, 0]
+            start = (t >= self.min_lag) & (remaining == 0) & (uc < self.copy_prob)
+            span = (t - self.min_lag + 1).astype(jnp.float32)
+            new_lag = self.min_lag + jnp.floor(ul * span).astype(jnp.int32)
+            lag = jnp.where(start, jnp.clip(new_lag, self.min_lag, t), lag)
+            copying = start | (remaining > 0)
+            src = jnp.take_along_axis(buf, jnp.clip(t - lag, 0, n - 1)[:, None], axis=1)[:, 0]
+            tok = jnp.where(copying, src, markov).astype(jnp.int32)
+            remaining = jnp.where(start, self.span_length - 1, jnp.maximum(remaining - 1, 0))
+            buf = jax.lax.dynamic_update_slice(buf, tok[:, None], (jnp.int32(0), t))
+            return (buf, tok, remaining.astype(jnp.int32), lag), None
+
+        ts = jnp.arange(1, n, dtype=jnp.int32)
+        (seq, _, _, _), _ = jax.lax.scan(
+            step, (buf, first, zeros, zeros), (ts, u_markov[1:], u_copy[1:], u_lag[1:])
+        )
+        return finish(seq, jnp.ones((1, length), bool))

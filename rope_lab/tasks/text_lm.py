@@ -1,0 +1,156 @@
+"""Byte-level language modelling on a local text file, with a held-out evaluation split."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rope_lab.registry import TASKS
+from rope_lab.tasks.base import (
+    Batch,
+    Operands,
+    Task,
+    TaskParams,
+    check_float,
+    check_split,
+    finish,
+    randint,
+    random_bits,
+)
+
+_TEXT_CACHE: dict[tuple[str, int, int], np.ndarray] = {}
+_TEXT_DEVICE: dict[tuple[str, int, int, float, str], jax.Array] = {}
+
+
+def _text_key(path: str) -> tuple[str, int, int]:
+    real = os.path.realpath(path)
+    if not os.path.isfile(real):
+        raise ValueError(f"lm_text: path={path!r} does not exist or is not a regular file")
+    st = os.stat(real)
+    return (real, st.st_mtime_ns, st.st_size)
+
+
+def _load_text(path: str) -> np.ndarray:
+    """Read a file once into a read-only uint8 array (cached by path, mtime and size)."""
+    cache_key = _text_key(path)
+    if cache_key not in _TEXT_CACHE:
+        data = np.fromfile(cache_key[0], dtype=np.uint8)
+        data.setflags(write=False)
+        _TEXT_CACHE[cache_key] = data
+    return _TEXT_CACHE[cache_key]
+
+
+def text_split_bounds(size: int, eval_fraction: float) -> dict[str, tuple[int, int]]:
+    """Byte ranges [start, stop) of the ``train`` and ``eval`` splits of a ``size``-byte file.
+
+    The last ``round(eval_fraction * size)`` bytes are held out for evaluation and NTK probes;
+    training samples only windows that lie entirely before them. ``eval_fraction = 0`` (opt-in)
+    evaluates on the training text."""
+    held_out = round(eval_fraction * size)
+    if held_out == 0:
+        return {"train": (0, size), "eval": (0, size)}
+    return {"train": (0, size - held_out), "eval": (size - held_out, size)}
+
+
+@TASKS.register("lm_text")
+@dataclass(frozen=True)
+class TextLMParams(TaskParams):
+    """The parameters of :class:`TextLMTask` (see there)."""
+
+    path: str
+    eval_fraction: float = 0.1
+    display_name: ClassVar[str] = "text LM"
+    is_text: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class TextLMTask(TextLMParams, Task):
+    """Byte-level language modelling on a local text file (nothing is downloaded).
+
+    Vocabulary: bytes 0..255 (vocab_size must be >= 256; larger ids are unused). The file at
+    ``path`` is read once into a uint8 array (``self.data``, shared through a module-level cache;
+    the task hashes and compares by ``vocab_size``, ``path`` and ``eval_fraction``). The last
+    ``eval_fraction`` of the file (default 0.1, contiguous) is the ``eval`` split, used by
+    evaluation and NTK probes; training windows never touch it (:func:`text_split_bounds`).
+    Each row is a uniformly random window of L+1 consecutive bytes of its split; all positions
+    are scored. ``min_length = 1``; each split must hold at least L+1 bytes (and the file less
+    than 2**31).
+    """
+
+    data: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def _check_params(self) -> None:
+        if not isinstance(self.path, str | os.PathLike):
+            raise ValueError(f"lm_text: path must be a file path, got path={self.path!r}")
+        object.__setattr__(self, "path", os.fspath(self.path))
+        check_float(self, "eval_fraction", 0.0, 0.9)
+        data = _load_text(self.path)
+        if data.size >= 2**31:
+            raise ValueError(f"lm_text: path={self.path!r} is too large ({data.size} bytes)")
+        object.__setattr__(self, "data", data)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "vocab_size": self.vocab_size,
+            "path": self.path,
+            "eval_fraction": self.eval_fraction,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state = {"eval_fraction": TextLMTask.__dataclass_fields__["eval_fraction"].default, **state}
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
+        object.__setattr__(self, "data", _load_text(self.path))
+
+    def min_vocab_size(self) -> int:
+        return 256
+
+    def _vocab_explanation(self) -> str:
+        return "one token per byte value"
+
+    def min_length(self) -> int:
+        return 1
+
+    def split_bounds(self) -> dict[str, tuple[int, int]]:
+        """Byte ranges [start, stop) of the ``train`` and ``eval`` splits of ``self.data``."""
+        return text_split_bounds(int(self.data.size), self.eval_fraction)
+
+    def validate(self, length: int, split: str | None = "train") -> None:
+        super().validate(length, split)
+        if split is not None:  # None: the sampler checks the size of the operands it gets
+            start, stop = self.split_bounds()[split]
+            if stop - start < int(length) + 1:
+                raise ValueError(
+                    f"lm_text: the {split} split of path={self.path!r} (eval_fraction="
+                    f"{self.eval_fraction}) has {stop - start} bytes, too short for "
+                    f"length={length} (need length + 1 = {int(length) + 1} bytes)"
+                )
+
+    def operands(self, split: str = "train") -> Operands:
+        """The split's bytes as one device array, cached per file and split. Made with
+        ``ensure_compile_time_eval``, so a first call inside a trace still caches a concrete
+        array, never a tracer."""
+        check_split(split)
+        key = (*_text_key(self.path), self.eval_fraction, split)
+        if key not in _TEXT_DEVICE:
+            start, stop = self.split_bounds()[split]
+            with jax.ensure_compile_time_eval():
+                _TEXT_DEVICE[key] = jax.device_put(self.data[start:stop])
+        return (_TEXT_DEVICE[key],)
+
+    def _sample(self, key: jax.Array, batch_size: int, length: int, operands: Operands) -> Batch:
+        (data,) = operands
+        n = length + 1
+        if data.shape[0] < n:
+            raise ValueError(
+                f"lm_text: {data.shape[0]} bytes of path={self.path!r} are too few for "
+                f"length={length} (need {n})"
+            )
+        starts = randint(random_bits(key, (batch_size,)), 0, data.shape[0] - n + 1)
+        idx = starts[:, None] + jnp.arange(n, dtype=jnp.int32)[None, :]
+        return finish(data[idx], jnp.ones((1, length), bool))

@@ -1,0 +1,150 @@
+"""Laws every task obeys (masks, shifted targets, determinism, minimum length) and the shared
+parameter, vocabulary and length checks."""
+
+from __future__ import annotations
+
+import pickle
+
+import jax
+import numpy as np
+import pytest
+
+from rope_lab.tasks import (
+    TASKS,
+    make_task,
+    sample_batch,
+)
+from tests.tasks.common import BATCH, LENGTHS, as_numpy
+from tests.tasks.test_copy import check_copy
+from tests.tasks.test_flipflop import check_flipflop
+from tests.tasks.test_mqar import check_mqar
+from tests.tasks.test_passkey import check_passkey
+from tests.tasks.test_synthetic_lm import check_lm_synthetic
+
+# reference checkers: recompute from the returned tokens where answers are and what they are
+CHECKERS = {
+    "passkey": check_passkey,
+    "mqar": check_mqar,
+    "copy": check_copy,
+    "flipflop": check_flipflop,
+    "lm_synthetic": check_lm_synthetic,
+}
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+@pytest.mark.parametrize("name", list(TASKS))
+def test_batch_shapes_shift_and_laws(name: str, length: int, tasks: dict, batches: dict) -> None:
+    task = tasks[name]
+    tokens, targets, mask = batches[name, length]
+    for arr, dtype in ((tokens, np.int32), (targets, np.int32), (mask, np.bool_)):
+        assert arr.shape == (BATCH, length)
+        assert arr.dtype == dtype
+    assert tokens.min() >= 0 and tokens.max() < task.vocab_size
+    assert targets.min() >= 0 and targets.max() < task.vocab_size
+    np.testing.assert_array_equal(targets[:, :-1], tokens[:, 1:])  # shifted by one
+    if name == "flipflop":
+        assert mask.any()  # some row has a read
+    else:
+        assert mask.any(axis=1).all()
+    if name in CHECKERS:
+        CHECKERS[name](task, tokens, targets, mask)
+    else:
+        assert mask.all()
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_determinism_and_key_dependence(name: str, tasks: dict, batches: dict) -> None:
+    task, ref = tasks[name], batches[name, 64]
+    again = as_numpy(sample_batch(task, jax.random.key(64), BATCH, 64))
+    other = as_numpy(sample_batch(task, jax.random.key(65), BATCH, 64))
+    for x, y in zip(ref, again, strict=True):
+        np.testing.assert_array_equal(x, y)
+    assert not np.array_equal(ref[0], other[0])
+    assert not np.array_equal(ref[0][0], ref[0][1])  # rows of one batch differ too
+
+
+def test_sample_method_matches_sample_batch(tasks: dict, batches: dict) -> None:
+    """Task.sample under a user's jit (operands closed over) equals the sample_batch wrapper."""
+    task = tasks["lm_synthetic"]
+    direct = as_numpy(jax.jit(task.sample, static_argnums=(1, 2))(jax.random.key(16), BATCH, 16))
+    for x, y in zip(direct, batches["lm_synthetic", 16], strict=True):
+        np.testing.assert_array_equal(x, y)
+    # operands passed explicitly (how a training step avoids embedding them as constants)
+    step = jax.jit(lambda ops, key: task.sample_from(ops, key, BATCH, 16))
+    for x, y in zip(as_numpy(step(task.operands(), jax.random.key(16))), direct, strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_tasks_are_hashable_static_args(text_file: str) -> None:
+    a = make_task("passkey", 32, needle_length=3)
+    b = make_task("passkey", 32, needle_length=3)
+    assert a == b and hash(a) == hash(b)
+    assert a != make_task("passkey", 32, needle_length=4)
+    t1 = make_task("lm_text", 256, path=text_file)
+    t2 = make_task("lm_text", 256, path=text_file)
+    assert t1 == t2 and hash(t1) == hash(t2)
+    assert t1.data is t2.data  # read once, shared through the cache
+    assert t1.data.dtype == np.uint8
+    restored = pickle.loads(pickle.dumps(t1))
+    assert restored == t1 and restored.data.size == 3000
+
+
+@pytest.mark.parametrize("name", ["passkey", "mqar", "copy", "flipflop", "lm_synthetic", "lm_text"])
+def test_min_length_is_generated(name: str, tasks: dict) -> None:
+    task = tasks[name]
+    length = task.min_length()
+    tokens, targets, mask = as_numpy(sample_batch(task, jax.random.key(0), BATCH, length))
+    assert tokens.shape == (BATCH, length)
+    np.testing.assert_array_equal(targets[:, :-1], tokens[:, 1:])
+    if name in CHECKERS:
+        CHECKERS[name](task, tokens, targets, mask)
+    with pytest.raises(ValueError, match=rf"length={length - 1} is too short, need length >= "):
+        sample_batch(task, jax.random.key(0), BATCH, length - 1)
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "pattern"),
+    [
+        ("passkey", {"needle_length": 0}, "needle_length must be >= 1, got needle_length=0"),
+        ("passkey", {"depth": 1.5}, r"depth must be in \[0.0, 1.0\], got depth=1.5"),
+        ("passkey", {"needle_length": 2.5}, "needle_length must be an integer"),
+        ("mqar", {"pair_density": 0.5}, "pair_density must be in"),
+        ("copy", {"segment_fraction": 0.0}, r"segment_fraction must be in \(0.0, 0.5\]"),
+        ("copy", {"segment_length": -1}, "segment_length must be >= 1"),
+        ("flipflop", {"p_ignore": -0.1}, "p_ignore must be in"),
+        ("lm_synthetic", {"copy_prob": 2.0}, "copy_prob must be in"),
+        ("lm_synthetic", {"min_lag": 0}, "min_lag must be >= 1"),
+        ("lm_synthetic", {"branching": True}, "branching must be an integer"),
+    ],
+)
+def test_invalid_param_values(name: str, params: dict, pattern: str) -> None:
+    with pytest.raises(ValueError, match=pattern):
+        make_task(name, 64, **params)
+
+
+@pytest.mark.parametrize(
+    ("name", "vocab", "params"),
+    [
+        ("passkey", 12, {}),
+        ("mqar", 17, {}),
+        ("copy", 2, {}),
+        ("flipflop", 4, {}),
+        ("lm_synthetic", 1, {}),
+    ],
+)
+def test_too_small_vocab(name: str, vocab: int, params: dict) -> None:
+    with pytest.raises(ValueError, match=rf"vocab_size={vocab} is too small"):
+        make_task(name, vocab, **params)
+    make_task(name, vocab + 1, **params)  # one more is enough
+
+
+def test_too_short_length() -> None:
+    task = make_task("passkey", 32, needle_length=5)
+    with pytest.raises(ValueError, match=r"length=10 is too short, need length >= 11"):
+        sample_batch(task, jax.random.key(0), 2, 10)
+    with pytest.raises(ValueError, match=r"length=31 is too short, need length >= 32"):
+        make_task("mqar", 64).sample(jax.random.key(0), 2, 31)
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        sample_batch(task, jax.random.key(0), 0, 32)
+    with pytest.raises(ValueError, match=r"length must be an integer, got length=32\.0"):
+        sample_batch(task, jax.random.key(0), 2, 32.0)

@@ -1,0 +1,57 @@
+"""Tests for rope_lab.tasks.synthetic_lm."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from rope_lab.tasks import (
+    SyntheticLMTask,
+    make_task,
+    sample_batch,
+)
+from tests.tasks.common import BATCH, as_numpy
+
+
+def check_lm_synthetic(task: SyntheticLMTask, tokens, targets, mask) -> None:
+    """Every token is a Markov successor of its predecessor or a copy from lag >= min_lag."""
+    successors, _ = task.transition_table()
+    assert mask.all()
+    for row_tok, row_tgt in zip(tokens, targets, strict=True):
+        seq = np.append(row_tok, row_tgt[-1])
+        for t in range(1, len(seq)):
+            markov_ok = seq[t] in successors[seq[t - 1]]
+            copy_ok = t >= task.min_lag and seq[t] in seq[: t - task.min_lag + 1]
+            assert markov_ok or copy_ok, t
+
+
+def test_lm_synthetic_source_is_fixed_and_copies_happen() -> None:
+    task = make_task("lm_synthetic", 30, branching=3, copy_prob=0.0)
+    succ_a, probs_a = task.transition_table()
+    assert succ_a.shape == (30, 3) and probs_a.shape == (30, 3)
+    np.testing.assert_allclose(probs_a.sum(axis=1), 1.0, rtol=1e-5)
+    same = make_task("lm_synthetic", 30, branching=3, copy_prob=0.5)
+    np.testing.assert_array_equal(same.transition_table()[0], succ_a)  # seed fixes the source
+    other = make_task("lm_synthetic", 30, branching=3, seed=1)
+    assert not np.array_equal(other.transition_table()[0], succ_a)
+    # pure Markov chain: every transition is a listed successor
+    tokens, targets, _ = as_numpy(sample_batch(task, jax.random.key(0), BATCH, 257))
+    seq = np.concatenate([tokens, targets[:, -1:]], axis=1)
+    assert all(seq[b, t] in succ_a[seq[b, t - 1]] for b in range(BATCH) for t in range(1, 258))
+    # always copying after min_lag: every later token repeats one at least min_lag back
+    copier = make_task("lm_synthetic", 30, copy_prob=1.0, span_length=5, min_lag=10)
+    tokens, targets, mask = as_numpy(sample_batch(copier, jax.random.key(0), BATCH, 257))
+    check_lm_synthetic(copier, tokens, targets, mask)
+    seq = np.concatenate([tokens, targets[:, -1:]], axis=1)
+    lags_seen = set()
+    for row in seq:  # spans of 5 start at t = 10, 15, ...; each repeats a block >= 10 back
+        for t0 in range(10, 258, 5):
+            span = row[t0 : t0 + 5]
+            lags = [
+                lag
+                for lag in range(10, t0 + 1)
+                if np.array_equal(row[t0 - lag : t0 - lag + len(span)], span)
+            ]
+            assert lags, t0
+            lags_seen.update(lags)
+    assert max(lags_seen) > 100  # the lag range widens with position

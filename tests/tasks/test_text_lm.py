@@ -1,0 +1,136 @@
+"""Tests for rope_lab.tasks.text_lm: windows, errors and the held-out evaluation split."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rope_lab.tasks import (
+    TextLMTask,
+    make_task,
+    sample_batch,
+    text_split_bounds,
+)
+from tests.tasks.common import BATCH, as_numpy
+
+
+def test_lm_text_windows(text_file: str, tasks: dict, batches: dict) -> None:
+    task = tasks["lm_text"]
+    data = np.fromfile(text_file, dtype=np.uint8)
+    tokens, targets, mask = batches["lm_text", 64]
+    assert mask.all()
+    starts = set()
+    for row_tok, row_tgt in zip(tokens, targets, strict=True):
+        window = np.append(row_tok, row_tgt[-1])
+        hits = [s for s in range(len(data) - 64) if np.array_equal(data[s : s + 65], window)]
+        assert hits, "window is not a contiguous slice of the file"
+        starts.add(hits[0])
+    assert len(starts) > BATCH // 2
+    # the whole training split (the first 2700 of 3000 bytes) as one window
+    tokens, targets, _ = as_numpy(sample_batch(task, jax.random.key(0), 2, 2699))
+    np.testing.assert_array_equal(tokens[0], data[:2699])
+    np.testing.assert_array_equal(targets[1], data[1:2700])
+    # the whole held-out split as one window
+    tokens, targets, _ = as_numpy(sample_batch(task, jax.random.key(0), 2, 299, split="eval"))
+    np.testing.assert_array_equal(tokens[0], data[2700:-1])
+    np.testing.assert_array_equal(targets[1], data[2701:])
+    # eval_fraction 0: evaluation reads the training text, the whole file
+    whole = make_task("lm_text", 256, path=text_file, eval_fraction=0.0)
+    tokens, _, _ = as_numpy(sample_batch(whole, jax.random.key(0), 2, 2999, split="eval"))
+    np.testing.assert_array_equal(tokens[0], data[:-1])
+
+
+def test_lm_text_errors(tmp_path, text_file: str) -> None:
+    missing = tmp_path / "nope.txt"
+    with pytest.raises(ValueError, match=r"path=.*nope\.txt.* does not exist"):
+        make_task("lm_text", 256, path=str(missing))
+    with pytest.raises(ValueError, match="needs parameter"):
+        make_task("lm_text", 256)
+    with pytest.raises(ValueError, match="vocab_size=255 is too small"):
+        make_task("lm_text", 255, path=text_file)
+    task = TextLMTask(256, path=text_file)
+    with pytest.raises(
+        ValueError, match=r"train split .* has 2700 bytes, too short for length=2700"
+    ):
+        sample_batch(task, jax.random.key(0), 2, 2700)
+    with pytest.raises(ValueError, match=r"eval split .* has 300 bytes, too short for length=300"):
+        sample_batch(task, jax.random.key(0), 2, 300, split="eval")
+    with pytest.raises(ValueError, match=r"eval_fraction must be in \[0.0, 0.9\]"):
+        make_task("lm_text", 256, path=text_file, eval_fraction=0.95)
+    with pytest.raises(ValueError, match="split must be one of train, eval"):
+        task.operands("test")
+
+
+@given(size=st.integers(2, 10**7), fraction=st.floats(0.0, 0.9))
+def test_text_split_bounds_partition_the_file(size: int, fraction: float) -> None:
+    bounds = text_split_bounds(size, fraction)
+    held_out = round(fraction * size)
+    if held_out == 0:
+        assert bounds == {"train": (0, size), "eval": (0, size)}
+        return
+    assert bounds["train"] == (0, size - held_out)  # contiguous, disjoint, covering the file
+    assert bounds["eval"] == (size - held_out, size)
+
+
+def _two_part_corpus(folder, size: int = 2000, fraction: float = 0.1):
+    """A file whose training split is all b"a" and whose held-out split is all b"b"."""
+    start, stop = text_split_bounds(size, fraction)["eval"]
+    path = folder / "two_parts.txt"
+    path.write_bytes(b"a" * start + b"b" * (stop - start))
+    return str(path)
+
+
+def test_training_evaluation_and_probes_read_their_own_split(tmp_path) -> None:
+    """Training only ever sees b"a"; evaluation and NTK probes only b"b": the trained model
+    predicts "a" everywhere, so held-out accuracy is exactly 0 (1 if evaluation read the
+    training text)."""
+    from rope_lab.evaluate import evaluate_model
+    from rope_lab.ntk_tracking import draw_probes
+    from rope_lab.train import make_task_from, train
+    from tests.helpers import tiny_trial
+
+    cfg = tiny_trial(
+        "alibi",
+        task="lm_text",
+        vocab=256,
+        task_params=(("path", _two_part_corpus(tmp_path)),),
+        steps=30,
+        lr=1e-2,
+    )
+    task = make_task_from(cfg)
+    for split, byte in (("train", ord("a")), ("eval", ord("b"))):
+        batch = sample_batch(task, jax.random.key(1), 16, 64, split=split)
+        assert (np.asarray(batch.tokens) == byte).all()
+    probes = draw_probes(cfg, task)
+    assert (probes.short == ord("b")).all()
+    assert all((p == ord("b")).all() for p in probes.long.values())
+    model = train(cfg).model
+    rows = evaluate_model(model, task, cfg, step=cfg.train.steps)
+    whole = [r for r in rows if r["position_bucket"] is None]
+    assert whole and all(r["accuracy"] == 0.0 for r in whole)
+    assert all(r["loss"] > 3.0 for r in whole)  # "b" never seen: far above the trained loss
+
+
+def test_operands_made_inside_a_trace_are_concrete(tmp_path) -> None:
+    """The first operands() call of a fresh corpus happening under jit (as in a jitted probe
+    sampler) must not leave a tracer in the cache: later draws reuse the cached array."""
+    path = tmp_path / "fresh.txt"
+    path.write_bytes(bytes(range(256)) * 4)
+    task = make_task("lm_text", 256, path=str(path))
+
+    @jax.jit
+    def first_draw(key):
+        return task.sample(key, 2, 8, split="eval").tokens
+
+    first = np.asarray(first_draw(jax.random.key(0)))
+    (cached,) = task.operands("eval")
+    assert not isinstance(cached, jax.core.Tracer)
+    again = sample_batch(task, jax.random.key(0), 2, 8, split="eval")
+    np.testing.assert_array_equal(np.asarray(again.tokens), first)
+    start, stop = text_split_bounds(1024, 0.1)["eval"]
+    np.testing.assert_array_equal(
+        np.asarray(cached), np.frombuffer(path.read_bytes(), np.uint8)[start:stop]
+    )
