@@ -36,13 +36,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from rope_lab.config import ModelConfig
-from rope_lab.positions import (
-    Frozen,
-    PositionEncoding,
-    make_position_encoding,
-    rope_frequencies,
-    with_rope_scaling,
-)
+from rope_lab.positions import Frozen, PositionEncoding, make_position_encoding
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # Blocks unrolled per scan iteration: all of them up to this depth, then a loop over groups of this
@@ -407,20 +401,21 @@ def with_scaling(
     *,
     seq_len: int | None = None,
 ) -> Transformer:
-    """The same RoPE model with its frequencies recomputed for a scaling method at seq_len.
+    """The same model with its position encoding under a scaling method at seq_len (RoPE's
+    frequencies recomputed; dynamic scaling depends on `seq_len`).
 
-    Non-RoPE models are returned unchanged. Dynamic scaling depends on `seq_len`.
+    Encodings that do not `supports_scaling` are returned unchanged.
     """
-    if not model.config.position.options.supports_scaling:
+    options = model.config.position.options
+    if not options.supports_scaling:
         return model
-    inv, attention_factor = rope_frequencies(
+    scaled = options.with_scaling(
+        model.position,
         model.config,
-        model.train_length,
+        train_length=model.train_length,
         kind=kind,
         factor=factor,
         params=params,
         seq_len=seq_len,
     )
-    return eqx.tree_at(
-        lambda m: m.position, model, with_rope_scaling(model.position, inv, attention_factor)
-    )
+    return eqx.tree_at(lambda m: m.position, model, scaled)

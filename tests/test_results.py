@@ -439,3 +439,22 @@ def test_lease_exclusive_across_processes_and_released_on_kill(tmp_path: Path) -
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_trial_config_params_are_json_columns_and_round_trip(tmp_path: Path) -> None:
+    """`Params` mappings (empty or not) are JSON strings in the trials table, and a real trial
+    config's row round-trips with the columns of `config_schema(TrialConfig)`."""
+    from rope_lab.config import TrialConfig, replace
+
+    cfg = replace(TrialConfig(), **{"model.position.rope.params": (("beta_fast", 16.0),)})
+    flat = flatten_config(TrialConfig())
+    assert flat["model.position.rope.params"] == "[]"
+    assert flatten_config(cfg)["model.position.rope.params"] == '[["beta_fast", 16.0]]'
+    td = trial_dir(tmp_path, "t1")
+    write_trial_row(td, {"status": "done"}, cfg)
+    df = R.read_trial_table(td, "trials")
+    assert df["model.position.rope.params"][0] == '[["beta_fast", 16.0]]'
+    assert df["model.position.rope.theta"][0] == 10000.0
+    schema = R.config_schema(TrialConfig)
+    assert schema["model.position.rope.params"] == pl.String
+    assert schema["task.params"] == pl.String

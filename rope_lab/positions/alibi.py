@@ -49,7 +49,7 @@ class AlibiConfig(EncodingConfig):
     """Press et al.'s slopes for the model's head count (no fields)."""
 
     label = "ALiBi"
-    order = 4
+    order = 3
     color = "#2ca02c"
     hooks = frozenset({"bias"})
 

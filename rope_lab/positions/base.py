@@ -97,6 +97,20 @@ class EncodingConfig:
         for i, method in enumerate(trial.eval.methods):
             _known_scaling(method, f"eval.methods[{i}]")
 
+    def with_scaling(
+        self,
+        encoding: PositionEncoding,
+        model: ModelConfig,
+        *,
+        train_length: int,
+        kind: str,
+        factor: float,
+        params: dict | None,
+        seq_len: int | None,
+    ) -> PositionEncoding:
+        """The encoding under scaling `kind` at `factor` (only if `supports_scaling`)."""
+        raise NotImplementedError(f"{self.name} does not support RoPE scaling")
+
     def slug(self) -> str:
         """Suffix of the trial id's readable part (e.g. RoPE's training-time scaling)."""
         return ""

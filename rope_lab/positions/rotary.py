@@ -52,7 +52,7 @@ class RopeConfig(EncodingConfig):
     params: Params = ()
 
     label = "RoPE"
-    order = 3
+    order = 4
     color = "#d62728"
     hooks = frozenset({"rotate"})
     supports_scaling = True
@@ -60,6 +60,17 @@ class RopeConfig(EncodingConfig):
     def build(self, model, *, max_length, train_length, key) -> RotaryPE:
         """Frequencies of the training-time scaling at the training length."""
         return RotaryPE(*rope_frequencies(model, train_length))
+
+    def with_scaling(
+        self, encoding, model, *, train_length, kind, factor, params, seq_len
+    ) -> RotaryPE:
+        """The same rotary encoding with the frequencies of `kind` at `factor` and `seq_len`,
+        `train_length` the original length (same array shapes: no recompilation)."""
+        assert isinstance(encoding, RotaryPE)
+        inv, attention_factor = rope_frequencies(
+            model, train_length, kind=kind, factor=factor, params=params, seq_len=seq_len
+        )
+        return with_rope_scaling(encoding, inv, attention_factor)
 
     def slug(self) -> str:
         """'-linear2' for a model trained under a scaling method, else ''."""

@@ -126,6 +126,7 @@ class TaskParams:
 
     name: ClassVar[str]
     display_name: ClassVar[str]
+    order: ClassVar[int]  # rank in listings (registry order)
     is_text: ClassVar[bool] = False
     task_class: ClassVar[type[Task]]
 

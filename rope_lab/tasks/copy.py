@@ -31,6 +31,7 @@ class CopyParams(TaskParams):
     segment_fraction: float = 0.5
     segment_length: int | None = None
     display_name: ClassVar[str] = "copy"
+    order: ClassVar[int] = 2
 
 
 @dataclass(frozen=True)

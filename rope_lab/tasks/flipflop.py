@@ -29,6 +29,7 @@ class FlipFlopParams(TaskParams):
 
     p_ignore: float = 0.8
     display_name: ClassVar[str] = "flip-flop"
+    order: ClassVar[int] = 3
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ class MQARParams(TaskParams):
     num_pairs: int = 8
     pair_density: float = 0.0
     display_name: ClassVar[str] = "MQAR"
+    order: ClassVar[int] = 1
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ class PasskeyParams(TaskParams):
     num_digits: int = 10
     depth: float | None = None
     display_name: ClassVar[str] = "passkey"
+    order: ClassVar[int] = 0
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ class SyntheticLMParams(TaskParams):
     min_lag: int = 32
     seed: int = 0
     display_name: ClassVar[str] = "synthetic LM"
+    order: ClassVar[int] = 4
 
 
 @dataclass(frozen=True)

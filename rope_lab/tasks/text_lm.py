@@ -65,6 +65,7 @@ class TextLMParams(TaskParams):
     path: str
     eval_fraction: float = 0.1
     display_name: ClassVar[str] = "text LM"
+    order: ClassVar[int] = 5
     is_text: ClassVar[bool] = True
 
 

@@ -1,0 +1,151 @@
+"""Reading the results store: lazy scans of every segment of one or more run directories.
+
+Each table is scanned with its declared schema; hidden files (temp files of writes in
+flight) are skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import polars as pl
+
+from rope_lab.results.schema import (
+    EVAL_SCHEMA,
+    NTK_SCHEMA,
+    TABLE_SCHEMAS,
+    TRAIN_SCHEMA,
+    TRIALS_SCHEMA,
+    check_table,
+)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Results:
+    """Lazy tables of one or more run directories."""
+
+    trials: pl.LazyFrame
+    train: pl.LazyFrame
+    eval: pl.LazyFrame
+    ntk: pl.LazyFrame
+    run_dirs: tuple[Path, ...] = ()
+
+    def table(self, name: str) -> pl.LazyFrame:
+        """The lazy frame of table ``name`` (one of TABLES)."""
+        check_table(name)
+        return getattr(self, name)
+
+    def with_config(self, table: str) -> pl.LazyFrame:
+        """``table`` left-joined with the trials table on ``trial_id``.
+
+        Clashing trials/config column names get the suffix ``"_trial"``. Raises at collect time
+        when a trial_id appears in more than one trials row (e.g. the same id in two runs).
+        """
+        return self.table(table).join(
+            self.trials, on="trial_id", how="left", validate="m:1", suffix="_trial"
+        )
+
+    @property
+    def eval_with_config(self) -> pl.LazyFrame:
+        """Eval rows with their trial's status and config columns."""
+        return self.with_config("eval")
+
+
+def _visible(path: Path, root: Path) -> bool:
+    return not any(part.startswith(".") for part in path.relative_to(root).parts)
+
+
+def _segment_files(run_dirs: Sequence[Path], table: str) -> list[str]:
+    files: list[str] = []
+    for run in run_dirs:
+        root = run / "trials"
+        if root.is_dir():
+            files.extend(
+                str(p) for p in sorted(root.glob(f"*/{table}/*.parquet")) if _visible(p, root)
+            )
+    return files
+
+
+def _scan_declared(files: list[str], schema: Mapping[str, pl.DataType]) -> pl.LazyFrame:
+    if not files:
+        return pl.LazyFrame(schema=dict(schema))
+    return pl.scan_parquet(
+        files,
+        schema=dict(schema),
+        missing_columns="insert",
+        extra_columns="ignore",
+        hidden_file_prefix=".",
+    )
+
+
+def _scan_trials(files: list[str], declared: Mapping[str, pl.DataType]) -> pl.LazyFrame:
+    """Trials table: declared columns with declared dtypes, plus any other column found.
+
+    Files are grouped by their Parquet schema; each group is one scan cast to the union
+    schema (declared dtypes first, polars supertypes for undeclared columns).
+    """
+    if not files:
+        return pl.LazyFrame(schema=dict(declared))
+    groups: dict[tuple[tuple[str, pl.DataType], ...], list[str]] = {}
+    for f in files:
+        groups.setdefault(tuple(pl.read_parquet_schema(f).items()), []).append(f)
+    found = pl.concat(
+        [pl.DataFrame(schema=dict(key)) for key in groups], how="diagonal_relaxed"
+    ).schema
+    target = dict(declared)
+    for name, dtype in found.items():
+        target.setdefault(name, dtype)
+    frames = []
+    for key, group in groups.items():
+        present = dict(key)
+        exprs = [
+            pl.col(name).cast(dtype) if name in present else pl.lit(None, dtype=dtype).alias(name)
+            for name, dtype in target.items()
+        ]
+        frames.append(pl.scan_parquet(group, hidden_file_prefix=".").select(exprs))
+    return pl.concat(frames, how="vertical")
+
+
+def _as_paths(run_dirs: str | Path | Sequence[str | Path]) -> tuple[Path, ...]:
+    if isinstance(run_dirs, str | os.PathLike):
+        return (Path(run_dirs),)
+    return tuple(Path(r) for r in run_dirs)
+
+
+def load(
+    run_dirs: str | Path | Sequence[str | Path],
+    *,
+    config_schema: Mapping[str, pl.DataType] | None = None,
+) -> Results:
+    """Lazily scan all tables of one or more run directories.
+
+    train/eval/ntk use their declared schemas: columns missing from older files read as null,
+    unknown extra columns are ignored. trials has TRIALS_SCHEMA, then the ``config_schema``
+    columns (e.g. ``config_schema(TrialConfig)``) with those dtypes, then any other column
+    present in some file. Hidden files (temp files of in-flight writes) are skipped. The file
+    list is fixed when ``load`` is called.
+    """
+    runs = _as_paths(run_dirs)
+    declared_trials = dict(TRIALS_SCHEMA)
+    for name, dtype in (config_schema or {}).items():
+        declared_trials.setdefault(name, dtype)
+    return Results(
+        trials=_scan_trials(_segment_files(runs, "trials"), declared_trials),
+        train=_scan_declared(_segment_files(runs, "train"), TRAIN_SCHEMA),
+        eval=_scan_declared(_segment_files(runs, "eval"), EVAL_SCHEMA),
+        ntk=_scan_declared(_segment_files(runs, "ntk"), NTK_SCHEMA),
+        run_dirs=runs,
+    )
+
+
+def read_trial_table(trial_dir: str | Path, table: str) -> pl.DataFrame:
+    """All segments of one trial's ``table`` (declared schema; empty frame when none)."""
+    check_table(table)
+    root = Path(trial_dir) / table
+    files = [str(p) for p in sorted(root.glob("*.parquet")) if not p.name.startswith(".")]
+    if table == "trials":
+        return _scan_trials(files, TRIALS_SCHEMA).collect()
+    return _scan_declared(files, TABLE_SCHEMAS[table]).collect()

@@ -1,0 +1,90 @@
+"""Tables of the results store: names, declared column dtypes, required columns, statuses."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Mapping
+from typing import Final
+
+import polars as pl
+
+TABLES: Final = ("trials", "train", "eval", "ntk")
+STATUSES: Final = ("done", "failed", "diverged", "running")
+SUCCESS_MARKER: Final = "_SUCCESS"
+LOCK_FILE: Final = ".lock"
+TRIAL_SEGMENT: Final = "trial"
+
+TRAIN_SCHEMA: Final = pl.Schema(
+    {
+        "trial_id": pl.String(),
+        "step": pl.Int64(),
+        "loss": pl.Float64(),
+        "grad_norm": pl.Float64(),
+        "lr": pl.Float64(),
+        "tokens_per_s": pl.Float64(),
+    }
+)
+
+EVAL_SCHEMA: Final = pl.Schema(
+    {
+        "trial_id": pl.String(),
+        "step": pl.Int64(),
+        "method": pl.String(),  # RoPE scaling kind, or "none"
+        "factor": pl.Float64(),
+        "finetune_steps": pl.Int64(),
+        "length": pl.Int64(),
+        "loss": pl.Float64(),
+        "perplexity": pl.Float64(),
+        "accuracy": pl.Float64(),
+        "exact_match": pl.Float64(),
+        "position_bucket": pl.Int64(),  # null: whole sequence; else bucket start position
+    }
+)
+
+NTK_SCHEMA: Final = pl.Schema(
+    {
+        "trial_id": pl.String(),
+        "step": pl.Int64(),
+        "probe_length": pl.Int64(),
+        "group": pl.String(),  # parameter group, or "total"
+        "metric": pl.String(),
+        "value": pl.Float64(),
+        "method": pl.String(),  # RoPE scaling the kernel was measured under ("none": as trained)
+        "factor": pl.Float64(),
+    }
+)
+
+# Fixed columns of the trials table; the flattened trial config is appended (config_schema).
+TRIALS_SCHEMA: Final = pl.Schema(
+    {
+        "trial_id": pl.String(),
+        "sweep": pl.String(),
+        "status": pl.String(),  # one of STATUSES
+        "error": pl.String(),  # traceback, or null
+        "wall_time_s": pl.Float64(),
+        "n_params": pl.Int64(),
+        "tokens_seen": pl.Int64(),
+        "started_at": pl.Datetime("us", "UTC"),
+        "finished_at": pl.Datetime("us", "UTC"),
+    }
+)
+
+TABLE_SCHEMAS: Final[Mapping[str, pl.Schema]] = types.MappingProxyType(
+    {"trials": TRIALS_SCHEMA, "train": TRAIN_SCHEMA, "eval": EVAL_SCHEMA, "ntk": NTK_SCHEMA}
+)
+
+# Columns that must be present and non-null in every row.
+REQUIRED: Final[Mapping[str, tuple[str, ...]]] = types.MappingProxyType(
+    {
+        "trials": ("trial_id", "status"),
+        "train": ("trial_id", "step"),
+        "eval": ("trial_id", "step"),
+        "ntk": ("trial_id", "step"),
+    }
+)
+
+
+def check_table(table: str) -> None:
+    """ValueError listing the tables unless `table` is one of TABLES."""
+    if table not in TABLE_SCHEMAS:
+        raise ValueError(f"unknown table {table!r}; tables are {list(TABLES)}")

@@ -1,0 +1,291 @@
+"""Typed, frozen config dataclasses: YAML-shaped mappings in and out, dotted paths, errors.
+
+The machinery behind every config in rope_lab (`rope_lab.config` for a trial, each variant's
+own config next to what it builds). Mappings inside configs are stored as sorted tuples of
+pairs (`Params`) so every config is hashable. A *variant field* holds the typed config of the
+registered variant another field names (`model.position.options`, chosen by
+`model.position.kind`): in mappings its fields sit under the variant's name
+(`model.position.rope.theta`), and sub-mappings of other registered variants are type-checked
+and dropped, so a grid over kinds x RoPE fields gives each non-RoPE trial once.
+Errors are `ConfigError`s that name the key path, the bad value and the allowed values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+from rope_lab.registry import Registry, UnknownName
+
+Params = tuple[tuple[str, Any], ...]
+T = typing.TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """An invalid configuration; the message names the key path and the bad value."""
+
+
+def freeze(value: Any) -> Any:
+    """Turn mappings into sorted tuples of pairs and lists into tuples, recursively."""
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), freeze(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def thaw(params: Params) -> dict[str, Any]:
+    """Inverse of `freeze` for one level of parameters: a dict with tuples turned into lists."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in params}
+
+
+def variant_class(registry: Registry, name: str, path: str) -> type:
+    """The config class registered as `name`; ConfigError naming `path` and the allowed."""
+    try:
+        return registry[name]
+    except UnknownName:
+        raise ConfigError(
+            f"{path}: unknown value {name!r}{_did_you_mean(name, registry.names())}; "
+            f"allowed: {', '.join(registry.names())}"
+        ) from None
+
+
+def variant_field(registry: Registry, tag: str) -> Any:
+    """A dataclass field holding the config of the variant of `registry` named by field `tag`."""
+    return dataclasses.field(default=None, metadata={"registry": registry, "tag": tag})
+
+
+def dotted_fields(cls: type, prefix: str = "") -> dict[str, Any]:
+    """Every leaf field of a config dataclass as dotted path -> type hint, in declaration order.
+
+    E.g. `{"name": str, "model.width": int, ..., "task.params": Params, ...}`; nested config
+    dataclasses (also optional ones, `X | None`) are descended into, `Params` mappings are
+    leaves, and a variant field lists the fields of every registered variant under its name
+    (`model.position.rope.theta`).
+    """
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        path, tp = f"{prefix}{f.name}", hints[f.name]
+        if "registry" in f.metadata:
+            for name, variant in f.metadata["registry"].items():
+                out.update(dotted_fields(variant, f"{prefix}{name}."))
+        elif (nested := nested_dataclass(tp)) is not None:
+            out.update(dotted_fields(nested, f"{path}."))
+        else:
+            out[path] = tp
+    return out
+
+
+def leaf_values(cfg: Any, prefix: str = "") -> dict[str, tuple[Any, Any]]:
+    """Every leaf of a config instance as dotted path -> (type hint, value), in field order.
+
+    Like `dotted_fields`, but a variant field gives only the chosen variant's fields (under
+    its name) and a nested config that is None gives None for each of its leaves.
+    """
+    hints = typing.get_type_hints(type(cfg))
+    out: dict[str, tuple[Any, Any]] = {}
+    for f in dataclasses.fields(cfg):
+        path, tp, value = f"{prefix}{f.name}", hints[f.name], getattr(cfg, f.name)
+        if "registry" in f.metadata:
+            out.update(leaf_values(value, f"{prefix}{getattr(cfg, f.metadata['tag'])}."))
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            out.update(leaf_values(value, f"{path}."))
+        elif value is None and (nested := nested_dataclass(tp)) is not None:
+            out.update({k: (h, None) for k, h in dotted_fields(nested, f"{path}.").items()})
+        else:
+            out[path] = (tp, value)
+    return out
+
+
+def nested_dataclass(hint: Any) -> type | None:
+    """The dataclass a type hint names (`X` or `X | None`), else None."""
+    hint, _ = _unwrap_optional(hint)
+    return hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None
+
+
+def variant_tag(key: str, cls: type) -> tuple[str, str] | None:
+    """For a dotted key inside a variant's fields, (dotted tag key, variant name), e.g.
+    "model.position.rope.theta" -> ("model.position.kind", "rope"); else None."""
+    head, _, rest = key.partition(".")
+    for f in dataclasses.fields(cls):
+        if "registry" in f.metadata and head in f.metadata["registry"]:
+            return f.metadata["tag"], head
+        if f.name == head and rest and dataclasses.is_dataclass(hint := _hint_of(cls, f.name)):
+            found = variant_tag(rest, hint)  # type: ignore[arg-type]
+            return None if found is None else (f"{head}.{found[0]}", found[1])
+    return None
+
+
+def _hint_of(cls: type, name: str) -> Any:
+    return typing.get_type_hints(cls)[name]
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """A plain, YAML/JSON-able dict of a config (params as mappings, a variant's fields under
+    its name)."""
+    out: dict[str, Any] = {}
+    hints = typing.get_type_hints(type(cfg))
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if "registry" in f.metadata:
+            if dataclasses.fields(value):
+                out[getattr(cfg, f.metadata["tag"])] = to_dict(value)
+        elif dataclasses.is_dataclass(value):
+            out[f.name] = to_dict(value)
+        elif hints[f.name] == Params:
+            out[f.name] = {k: _params_to_plain(v) for k, v in value}
+        elif isinstance(value, tuple):
+            out[f.name] = list(value)
+        else:
+            out[f.name] = value
+    return out
+
+
+def _params_to_plain(value: Any) -> Any:
+    pairs = isinstance(value, tuple) and bool(value)
+    pairs = pairs and all(
+        isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) for p in value
+    )
+    if pairs:
+        return {k: _params_to_plain(v) for k, v in value}
+    if isinstance(value, tuple):
+        return [_params_to_plain(v) for v in value]
+    return value
+
+
+def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0], True
+    return tp, False
+
+
+def _coerce(value: Any, tp: Any, path: str) -> Any:
+    if tp == Params:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{path}: expected a mapping of parameters, got {value!r}")
+        return freeze(value)
+    tp, optional = _unwrap_optional(tp)
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{path}: must not be null")
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{path}: expected a mapping, got {value!r}")
+        return from_dict(tp, value, path)  # type: ignore[arg-type]
+    if typing.get_origin(tp) is tuple:
+        (inner, *_) = typing.get_args(tp)
+        if not isinstance(value, list | tuple):
+            value = [value]
+        return tuple(_coerce(v, inner, f"{path}[{i}]") for i, v in enumerate(value))
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{path}: expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+            raise ConfigError(f"{path}: expected an integer, got {value!r}")
+        return int(value)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            try:
+                return float(value)
+            except (TypeError, ValueError):
+                raise ConfigError(f"{path}: expected a number, got {value!r}") from None
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{path}: expected a string, got {value!r}")
+        return value
+    return value
+
+
+def unknown_key_message(key: str, allowed: list[str], path: str) -> str:
+    """'unknown key' message with a did-you-mean suggestion and the allowed keys."""
+    hint = _did_you_mean(key, allowed)
+    return f"{path}: unknown key '{key}'{hint}; allowed: {', '.join(sorted(allowed))}"
+
+
+def _did_you_mean(key: str, allowed: typing.Iterable[str]) -> str:
+    close = difflib.get_close_matches(key, list(allowed), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def from_dict(cls: type[T], data: Mapping[str, Any], path: str = "") -> T:
+    """Build a config dataclass from a nested mapping, rejecting unknown keys and bad types."""
+    hints = typing.get_type_hints(cls)
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    names = [f.name for f in fields]
+    kwargs = {}
+    for f in (f for f in fields if "registry" in f.metadata):
+        registry, tag = f.metadata["registry"], f.metadata["tag"]
+        default = next(g.default for g in fields if g.name == tag)
+        chosen = data.get(tag, default)
+        names = [n for n in names if n != f.name] + list(registry.names())
+        for name in (n for n in registry.names() if n in data):
+            value, name_path = data[name], _join(path, name)
+            if value is not None and not isinstance(value, Mapping):
+                raise ConfigError(f"{name_path}: expected a mapping, got {value!r}")
+            variant = from_dict(registry[name], value or {}, name_path)
+            if name == chosen:
+                kwargs[f.name] = variant
+    for key, value in data.items():
+        key_path = _join(path, str(key))
+        if key not in names:
+            raise ConfigError(unknown_key_message(str(key), names, key_path))
+        if key in hints:
+            kwargs[key] = _coerce(value, hints[key], key_path)
+    return cls(**kwargs)
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def check_choice(value: str, allowed: tuple[str, ...], path: str) -> None:
+    """ConfigError naming `path` unless `value` is one of `allowed`."""
+    if value not in allowed:
+        raise ConfigError(f"{path}: unknown value {value!r}; allowed: {', '.join(allowed)}")
+
+
+def check_positive(value: float | int | None, path: str, *, allow_zero: bool = False) -> None:
+    """ConfigError naming `path` unless `value` is None or > 0 (>= 0 with `allow_zero`)."""
+    if value is None:
+        return
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ConfigError(f"{path}: must be {bound}, got {value!r}")
+
+
+def replace(cfg: Any, **changes: Any) -> Any:
+    """`dataclasses.replace` that accepts dotted paths, e.g. replace(cfg, **{"model.width": 64}).
+
+    A variant's fields are addressed by its name (`model.position.rope.theta`); changes to a
+    variant other than the chosen one are dropped, as in `from_dict`.
+    """
+    nested: dict[str, dict[str, Any]] = {}
+    direct: dict[str, Any] = {}
+    for key, value in changes.items():
+        head, _, rest = key.partition(".")
+        if rest:
+            nested.setdefault(head, {})[rest] = value
+        else:
+            direct[head] = value
+    for f in (f for f in dataclasses.fields(cfg) if "registry" in f.metadata):
+        registry, tag = f.metadata["registry"], f.metadata["tag"]
+        chosen = direct.get(tag, getattr(cfg, tag))
+        for name in [n for n in (*nested, *direct) if n in registry]:
+            sub, whole = nested.pop(name, {}), direct.pop(name, None)
+            if name == chosen:
+                current = getattr(cfg, f.name)
+                base = whole or (current if type(current) is registry[name] else registry[name]())
+                direct[f.name] = replace(base, **sub)
+    for head, sub in nested.items():
+        direct[head] = replace(getattr(cfg, head), **sub)
+    return dataclasses.replace(cfg, **direct)
