@@ -43,7 +43,9 @@ from rope_lab.config import (
 )
 from rope_lab.ensemble import EnsembleInputs, init_ensemble, make_ensemble_step, seed_keys
 from rope_lab.model import trainable
-from rope_lab.train import TraceGuard, make_model, make_optimizer, make_task_from, make_train_step
+from rope_lab.model_factory import make_model
+from rope_lab.tasks import task_from_config
+from rope_lab.train import TraceGuard, make_optimizer, make_train_step
 
 END_TO_END_STEPS = 200  # smoke-sweep trial length, for the derived end-to-end column
 
@@ -67,7 +69,7 @@ class Sequential:
 
     def __init__(self, cfg: TrialConfig, step_fn: Callable, seeds: list[int]):
         self.cfg, self.step_fn, self.t = cfg, step_fn, 0
-        self.task = make_task_from(cfg)
+        self.task = task_from_config(cfg.task)
         self.operands = self.task.operands()
         self.states = []
         for seed in seeds:
@@ -96,7 +98,7 @@ class Ensemble:
 
     def __init__(self, cfg: TrialConfig, seeds: list[int]):
         self.t = 0
-        task = make_task_from(cfg)
+        task = task_from_config(cfg.task)
         models = init_ensemble(cfg, seeds)
         optimizer = make_optimizer(cfg.train, models)
         self.params, self.static = eqx.partition(models, trainable(models))
@@ -140,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     probe = make_model(cfg)
     seq_step = make_train_step(
         cfg,
-        make_task_from(cfg),
+        task_from_config(cfg.task),
         make_optimizer(cfg.train, probe),
         length=cfg.train.length,
         guard=seq_guard,

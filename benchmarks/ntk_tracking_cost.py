@@ -38,9 +38,12 @@ def _trial(steps: int):
 
 
 def _worker(steps: int, out: str) -> None:
-    from rope_lab.sweep.stages import _train
+    from rope_lab.config import to_dict
+    from rope_lab.pipeline import run_train_stage
 
-    result = _train(_trial(steps), Path(out))
+    result = run_train_stage(to_dict(_trial(steps)), Path(out))
+    if "phases" not in result:
+        raise RuntimeError(result.get("error", result["status"]))
     print("RESULT " + json.dumps(result["phases"]), flush=True)
 
 

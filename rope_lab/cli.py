@@ -15,14 +15,18 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     cfg = load_trial(args.config)  # validated before any heavy import
     from rope_lab.evaluate import format_table
-    from rope_lab.trial import run_trial
+    from rope_lab.trial import TrialError, run_trial
 
     print(
         f"trial {cfg.trial_id}: {cfg.model.position.kind} PE, width {cfg.model.width}, "
         f"depth {cfg.model.depth}, task {cfg.task.name}, L_train {cfg.train.length}",
         flush=True,
     )
-    outcome = run_trial(cfg)
+    try:
+        outcome = run_trial(cfg, args.out)
+    except TrialError as err:
+        print(f"rope-lab: error: {err}", file=sys.stderr)
+        return 1
     last = outcome.history[-1] if outcome.history else {}
     rates = sorted(r["tokens_per_s"] for r in outcome.history[1:]) or [0.0]
     print(
@@ -44,11 +48,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
                 f"  {s['method']:<10} factor {s['factor']:<4g} ft {s['finetune_steps']:<5} "
                 f"-> {s['longest_length']}"
             )
-    if args.out:
-        from rope_lab.trial import write_outcome
-
-        path = write_outcome(outcome, Path(args.out))
-        print(f"\nresults written to {path}")
+    if outcome.folder is not None:
+        print(f"\nresults written to {outcome.folder}")
     return 0 if outcome.status == "done" else 2
 
 
@@ -175,10 +176,16 @@ def build_parser() -> argparse.ArgumentParser:
         "train",
         help="train and evaluate one trial from a YAML config",
         description="Train one trial, then print its metric-by-length table across RoPE "
-        "scaling methods and factors. Exit code 2 if the run diverged.",
+        "scaling methods and factors. Exit code 2 if the run diverged, 1 if a stage failed.",
     )
     p.add_argument("config", type=Path, help="trial YAML file (see examples/rope_passkey.yaml)")
-    p.add_argument("--out", type=Path, default=None, help="folder for config and Parquet results")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="run directory: the trial goes to OUT/trials/<trial_id>/ in the sweep layout and "
+        "a rerun resumes it (default: a temporary folder, removed at the end)",
+    )
     p.set_defaults(func=_cmd_train)
     _add_sweep(sub)
     from rope_lab.cli_analysis import add_commands

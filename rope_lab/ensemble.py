@@ -23,16 +23,9 @@ from jaxtyping import Array, PRNGKeyArray
 
 from rope_lab.config import TrainConfig, TrialConfig
 from rope_lab.model import Transformer, trainable
-from rope_lab.tasks import Task
-from rope_lab.train import (
-    TraceGuard,
-    TrainResult,
-    lr_schedule,
-    make_model,
-    make_optimizer,
-    make_task_from,
-    train_step_body,
-)
+from rope_lab.model_factory import make_model
+from rope_lab.tasks import Task, task_from_config
+from rope_lab.train import TraceGuard, TrainResult, lr_schedule, make_optimizer, train_step_body
 
 
 class EnsembleInputs(NamedTuple):
@@ -60,7 +53,7 @@ def init_ensemble(cfg: TrialConfig, seeds: Sequence[int]) -> Transformer:
     """
     if not seeds:
         raise ValueError("seeds: need at least one seed")
-    return eqx.filter_vmap(lambda key: make_model(cfg, key))(seed_keys(seeds, 0))
+    return eqx.filter_vmap(lambda key: make_model(cfg, key=key))(seed_keys(seeds, 0))
 
 
 def unstack(tree: Any, i: int) -> Any:
@@ -110,7 +103,7 @@ def train_ensemble(
     tc = cfg.train
     total = tc.steps if steps is None else steps
     length = tc.length
-    task = make_task_from(cfg)
+    task = task_from_config(cfg.task)
     task.validate(length)
     models = init_ensemble(cfg, seeds)
     sched_cfg = TrainConfig(**{**tc.__dict__, "steps": total})

@@ -1,6 +1,7 @@
 """Length-extrapolation evaluation: metrics per length and per position bucket, under each RoPE
 scaling method and factor (zero-shot, dynamic recomputed at every length; optionally after a
-short fine-tune at the target length), and the extrapolation summary.
+short fine-tune at the target length), and the text table. The extrapolation summary of a
+trial's rows is `rope_lab.query.extrapolation_summary`'s.
 
 Rows are plain dicts with the `eval` table's columns: step, method, factor, finetune_steps,
 length, loss, perplexity, accuracy, exact_match, position_bucket (None for whole sequences).
@@ -20,9 +21,11 @@ from jaxtyping import Array, Int
 
 from rope_lab.config import TrialConfig, thaw
 from rope_lab.model import Transformer, with_scaling
+from rope_lab.objective import token_losses
+from rope_lab.positions import batch_positions
 from rope_lab.scaling_plan import NO_SCALING, Scaling, scalings_for
 from rope_lab.tasks import Batch, Task
-from rope_lab.train import batch_positions, token_losses, train
+from rope_lab.train import train  # fine-tuning
 from rope_lab.xla_options import FEW_CALLS
 
 
@@ -32,7 +35,7 @@ def _draw(
     """One evaluation batch at `length` from keys (2, key) = split(batch key): (B, L)
     tokens/targets/mask and (B, L) positions."""
     batch = task.sample_from(operands, keys[0], batch_size, length)
-    return batch, batch_positions(cfg, keys[1], batch_size, length)
+    return batch, batch_positions(cfg, key=keys[1], batch_size=batch_size, length=length)
 
 
 def _sums(model: Transformer, batch: Batch, positions: Int[Array, "B P"]):
@@ -229,34 +232,41 @@ def finetune_and_evaluate(
 
 
 def extrapolation_summary(rows: Sequence[dict], train_length: int, threshold: float) -> list[dict]:
-    """Per (method, factor, finetune_steps): accuracy at L_train and the longest evaluated length
-    up to which accuracy stays >= threshold x that value (None without an L_train row)."""
+    """`rope_lab.query.extrapolation_summary` of one trial's eval rows, as dicts in the rows'
+    order of (method, factor, finetune_steps): `in_distribution_accuracy` (accuracy at
+    `train_length`) and `longest_length`, the longest evaluated L >= `train_length` such that
+    every evaluated length in [train_length, L] keeps accuracy >= threshold x that value (None
+    without a `train_length` row). Rows without a `loss` are allowed here."""
+    import polars as pl
+
+    from rope_lab import query
+
     whole = [r for r in rows if r["position_bucket"] is None]
-    groups: dict[tuple, list[dict]] = {}
-    for r in whole:
-        groups.setdefault((r["method"], r["factor"], r["finetune_steps"]), []).append(r)
-    out = []
-    for (method, factor, ft), group in groups.items():
-        by_length = {r["length"]: r for r in group}
-        ref = by_length.get(train_length)
-        longest = None
-        if ref is not None and not math.isnan(ref["accuracy"]):
-            for length in sorted(by_length):
-                if by_length[length]["accuracy"] >= threshold * ref["accuracy"]:
-                    longest = length
-                else:
-                    if length >= train_length:
-                        break
-        out.append(
-            {
-                "method": method,
-                "factor": factor,
-                "finetune_steps": ft,
-                "in_distribution_accuracy": None if ref is None else ref["accuracy"],
-                "longest_length": longest,
-            }
-        )
-    return out
+    if not whole:
+        return []
+    keys = ("method", "factor", "finetune_steps")
+    frame = pl.DataFrame(
+        {
+            "trial_id": ["trial"] * len(whole),
+            "method": [r["method"] for r in whole],
+            "factor": [float(r["factor"]) for r in whole],
+            "finetune_steps": [int(r["finetune_steps"]) for r in whole],
+            "length": [int(r["length"]) for r in whole],
+            "accuracy": [float(r["accuracy"]) for r in whole],
+            "loss": [float(r.get("loss", math.nan)) for r in whole],
+            "train.length": [train_length] * len(whole),
+        }
+    )
+    summary = query.extrapolation_summary(frame, threshold=threshold)
+    found = {tuple(s[k] for k in keys): s for s in summary.to_dicts()}
+    return [
+        {
+            **dict(zip(keys, key, strict=True)),
+            "in_distribution_accuracy": found[key]["reference"],
+            "longest_length": found[key]["longest_length"],
+        }
+        for key in frame.select(keys).unique(maintain_order=True).rows()
+    ]
 
 
 def format_table(rows: Sequence[dict], metric: str = "accuracy") -> str:

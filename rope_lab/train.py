@@ -3,6 +3,10 @@ step that samples its own batch (deterministic in the step index, so resuming is
 loop with hooks for evaluation, checkpoints and NTK tracking. A non-finite loss stops the run and
 marks it diverged. The step runs data-parallel over `train.devices` local devices
 (`rope_lab.parallel`): batch split over a 1-D "data" mesh, parameters replicated.
+
+The model comes from `rope_lab.model_factory`, the loss from `rope_lab.objective`, positions from
+`rope_lab.positions`, the task from `rope_lab.tasks.task_from_config`; `make_model`,
+`make_task_from`, `batch_positions`, `token_losses` and `masked_loss` stay importable from here.
 """
 
 from __future__ import annotations
@@ -15,13 +19,13 @@ from typing import Any
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh
-from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from rope_lab.config import TrainConfig, TrialConfig, thaw
+from rope_lab.config import TrainConfig, TrialConfig
 from rope_lab.model import Transformer, decay_mask, lr_multipliers, trainable
+from rope_lab.model_factory import make_model
+from rope_lab.objective import masked_loss, token_losses
 from rope_lab.parallel import (
     constrain_batch,
     constrain_replicated,
@@ -30,26 +34,13 @@ from rope_lab.parallel import (
     resolve_devices,
     to_default_device,
 )
-from rope_lab.positions import random_positions
-from rope_lab.tasks import Batch, Task, make_task
+from rope_lab.positions import batch_positions
+from rope_lab.tasks import Task, task_from_config
 
 
 def make_task_from(cfg: TrialConfig) -> Task:
-    """The trial's task object."""
-    return make_task(cfg.task.name, cfg.task.vocab_size, **thaw(cfg.task.params))
-
-
-def make_model(cfg: TrialConfig, key: PRNGKeyArray | None = None) -> Transformer:
-    """The trial's freshly initialised model (key defaults to one derived from train.seed)."""
-    if key is None:
-        key = jax.random.fold_in(jax.random.PRNGKey(cfg.train.seed), 0)
-    return Transformer(
-        cfg.model,
-        cfg.task.vocab_size,
-        train_length=cfg.train.length,
-        max_length=cfg.max_length,
-        key=key,
-    )
+    """The trial's task: `rope_lab.tasks.task_from_config(cfg.task)`, under its old name."""
+    return task_from_config(cfg.task)
 
 
 def lr_schedule(cfg: TrainConfig, lr: float | None = None) -> optax.Schedule:
@@ -93,35 +84,6 @@ def init_state(cfg: TrialConfig) -> tuple[Transformer, Any]:
     return model, make_optimizer(cfg.train, model).init(params)
 
 
-def batch_positions(
-    cfg: TrialConfig, key: PRNGKeyArray, batch_size: int, length: int
-) -> Int[Array, "B L"]:
-    """Positions for a batch: 0..L-1, or sorted random subsets when randomized."""
-    pos = cfg.model.position
-    if pos.randomized:
-        keys = jax.random.split(key, batch_size)
-        assert pos.random_max_length is not None
-        max_len = max(pos.random_max_length, length)
-        return jax.vmap(lambda k: random_positions(k, length, max_len))(keys)
-    return jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (batch_size, length))
-
-
-def token_losses(
-    model: Transformer, batch: Batch, positions: Int[Array, "B L"]
-) -> tuple[Float[Array, "B L"], Bool[Array, "B L"]]:
-    """Per-token cross-entropy (B, L) and whether the argmax prediction is right (B, L)."""
-    logits = model(batch.tokens, positions)
-    losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch.targets)
-    return losses, jnp.argmax(logits, axis=-1) == batch.targets
-
-
-def masked_loss(model: Transformer, batch: Batch, positions: Array) -> Float[Array, ""]:
-    """Mean cross-entropy over scored positions."""
-    losses, _ = token_losses(model, batch, positions)
-    mask = batch.mask.astype(jnp.float32)
-    return jnp.sum(losses * mask) / jnp.maximum(jnp.sum(mask), 1.0)
-
-
 @dataclass
 class TraceGuard:
     """Counts traces of a jitted function; `check` raises if it retraced."""
@@ -160,7 +122,7 @@ def train_step_body(
     def step(static, params, opt_state, key, operands):
         data_key, pos_key = jax.random.split(key)
         batch = task.sample_from(operands, data_key, batch_size, length)
-        positions = batch_positions(cfg, pos_key, batch_size, length)
+        positions = batch_positions(cfg, key=pos_key, batch_size=batch_size, length=length)
         if mesh is not None:
             batch, positions = constrain_batch((batch, positions), mesh)
 
@@ -260,7 +222,7 @@ def train(
     length = tc.length if length is None else length
     total = tc.steps if steps is None else steps
     mesh = data_mesh(resolve_devices(tc.devices, tc.batch_size))
-    task = make_task_from(cfg)
+    task = task_from_config(cfg.task)
     task.validate(length)
     model = make_model(cfg) if model is None else model
     sched_cfg = TrainConfig(**{**tc.__dict__, "steps": total})
@@ -338,3 +300,22 @@ def train(
         wall_time_s=time.perf_counter() - start_time,
         traces=guard.traces,
     )
+
+
+__all__ = [
+    "Hook",
+    "StepState",
+    "TraceGuard",
+    "TrainResult",
+    "batch_positions",
+    "init_state",
+    "lr_schedule",
+    "make_model",
+    "make_optimizer",
+    "make_task_from",
+    "make_train_step",
+    "masked_loss",
+    "token_losses",
+    "train",
+    "train_step_body",
+]

@@ -1,17 +1,23 @@
-"""One trial end to end: build the task and model, train, evaluate across lengths and scalings."""
+"""One trial end to end in this process: the sweep's stages (`rope_lab.pipeline`) into a run
+directory, read back as a `TrialOutcome` (loss curve, eval rows, summary, trained model)."""
 
 from __future__ import annotations
 
-import datetime as dt
-import time
-from collections.abc import Sequence
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rope_lab.config import TrialConfig
-from rope_lab.evaluate import evaluate_model, extrapolation_summary, finetune_and_evaluate
-from rope_lab.model import Transformer, count_params
-from rope_lab.train import Hook, TrainResult, make_task_from, train
+from rope_lab.pipeline import MODEL_FILE, TRAIN_STAGE, run_trial_stages
+from rope_lab.results import read_trial_table, trial_dir
+
+if TYPE_CHECKING:
+    from rope_lab.model import Transformer
+
+
+class TrialError(RuntimeError):
+    """A stage of the trial failed (the message holds its traceback) or is held elsewhere."""
 
 
 @dataclass
@@ -23,84 +29,59 @@ class TrialOutcome:
     history: list[dict]
     eval_rows: list[dict]
     summary: list[dict]
-    model: Transformer
+    model: Transformer | None  # None when diverged (no model is saved)
     n_params: int
     tokens_seen: int
-    wall_time_s: float
+    wall_time_s: float  # all stages, as in the trials row
     train_time_s: float
-    extra: dict = field(default_factory=dict)
+    folder: Path | None = None  # the trial's files; None when they went to a temporary folder
+    stages: list[dict] = field(default_factory=list)  # each stage's result
 
 
-def run_trial(
-    cfg: TrialConfig,
-    *,
-    hooks: Sequence[Hook] = (),
-    resume: TrainResult | None = None,
-    start_step: int = 0,
-) -> TrialOutcome:
-    """Train `cfg` (optionally resuming model/opt state at `start_step`) and evaluate it.
+def run_trial(cfg: TrialConfig, run_dir: str | Path | None = None) -> TrialOutcome:
+    """Train `cfg`, evaluate it under every scaling and store it as a sweep does, under
+    `run_dir/trials/<trial_id>/` (None: a temporary folder, removed on return).
 
-    A diverged run is a result: it is evaluated no further and reported with status "diverged".
+    Reruns into the same `run_dir` resume an interrupted trial and reuse finished stages. A
+    diverged run is a result: status "diverged", no evaluation. Raises TrialError when a stage
+    fails or another process holds one.
     """
-    start = time.perf_counter()
-    task = make_task_from(cfg)
-    result = train(
-        cfg,
-        model=None if resume is None else resume.model,
-        opt_state=None if resume is None else resume.opt_state,
-        start_step=start_step,
-        hooks=hooks,
-    )
-    train_time = time.perf_counter() - start
-    rows: list[dict] = []
-    if not result.diverged:
-        rows = evaluate_model(result.model, task, cfg, step=result.steps_done)
-        rows += finetune_and_evaluate(result.model, task, cfg, step=result.steps_done)
-    summary = extrapolation_summary(rows, cfg.train.length, cfg.eval.accuracy_threshold)
+    if run_dir is None:
+        with tempfile.TemporaryDirectory(prefix="rope_lab_trial_") as tmp:
+            return _run(cfg, Path(tmp), keep=False)
+    return _run(cfg, Path(run_dir), keep=True)
+
+
+def _run(cfg: TrialConfig, run_dir: Path, *, keep: bool) -> TrialOutcome:
+    from rope_lab.checkpoint import load_model
+    from rope_lab.evaluate import extrapolation_summary
+    from rope_lab.model_factory import make_model
+    from rope_lab.scaling_plan import scalings_for
+
+    status, stages = run_trial_stages(cfg, run_dir)
+    if status not in ("done", "diverged"):
+        errors = [f"stage {r.get('stage')}: {r.get('error', r['status'])}" for r in stages]
+        raise TrialError(f"trial {cfg.trial_id} {status}:\n" + "\n".join(errors))
+    folder = trial_dir(run_dir, cfg.trial_id)
+    train = next(r for r in stages if r.get("stage") == TRAIN_STAGE)
+    history = read_trial_table(folder, "train").drop("trial_id").sort("step").to_dicts()
+    order = {(s.method, s.factor): i for i, s in enumerate(scalings_for(cfg))}
+    rows = read_trial_table(folder, "eval").drop("trial_id").to_dicts()
+    rows.sort(key=lambda r: (r["finetune_steps"] > 0, order.get((r["method"], r["factor"]), 0)))
+    model = None
+    if status == "done":
+        model = load_model(folder / MODEL_FILE, make_model(cfg))
     return TrialOutcome(
         config=cfg,
-        status="diverged" if result.diverged else "done",
-        history=result.history,
+        status=status,
+        history=history,
         eval_rows=rows,
-        summary=summary,
-        model=result.model,
-        n_params=count_params(result.model),
-        tokens_seen=result.tokens_seen,
-        wall_time_s=time.perf_counter() - start,
-        train_time_s=train_time,
+        summary=extrapolation_summary(rows, cfg.train.length, cfg.eval.accuracy_threshold),
+        model=model,
+        n_params=train["n_params"],
+        tokens_seen=train["tokens_seen"],
+        wall_time_s=sum(r.get("wall_time_s", 0.0) for r in stages),
+        train_time_s=train["train_time_s"],
+        folder=folder if keep else None,
+        stages=stages,
     )
-
-
-def write_outcome(outcome: TrialOutcome, run_dir: Path) -> Path:
-    """Store a finished trial under `run_dir/trials/<id>/` in the sweep results layout
-    (config.yaml, train/eval Parquet segments, trials row, final model, `_SUCCESS`)."""
-    import yaml
-
-    from rope_lab.atomic import atomic_write_text
-    from rope_lab.checkpoint import save_model
-    from rope_lab.config import to_dict
-    from rope_lab.results import append_rows, mark_success, trial_dir, write_trial_row
-
-    cfg = outcome.config
-    folder = trial_dir(run_dir, cfg.trial_id)
-    folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(folder / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
-    if outcome.history:
-        append_rows(folder, "train", outcome.history, segment="train")
-    if outcome.eval_rows:
-        append_rows(folder, "eval", outcome.eval_rows, segment="eval")
-    save_model(folder / "model.eqx", outcome.model)
-    now = dt.datetime.now(dt.UTC)
-    row = {
-        "trial_id": cfg.trial_id,
-        "sweep": cfg.name,
-        "status": outcome.status,
-        "wall_time_s": outcome.wall_time_s,
-        "n_params": outcome.n_params,
-        "tokens_seen": outcome.tokens_seen,
-        "started_at": now - dt.timedelta(seconds=outcome.wall_time_s),
-        "finished_at": now,
-    }
-    write_trial_row(folder, row, cfg)
-    mark_success(folder)
-    return folder

@@ -7,7 +7,8 @@ import pytest
 
 from rope_lab.config import replace
 from rope_lab.ensemble import init_ensemble, train_ensemble, unstack
-from rope_lab.train import make_model, train
+from rope_lab.model_factory import make_model
+from rope_lab.train import train
 from tests.helpers import tiny_trial
 
 SEEDS = (3, 11)

@@ -25,10 +25,12 @@ from rope_lab.evaluate import (
     scalings_for,
 )
 from rope_lab.model import with_scaling
+from rope_lab.model_factory import make_model
+from rope_lab.objective import token_losses
 from rope_lab.results import read_trial_table, trial_dir
 from rope_lab.sweep.stages import MODEL_FILE, run_scaling_stage
-from rope_lab.tasks import Batch
-from rope_lab.train import make_model, make_task_from, token_losses, train
+from rope_lab.tasks import Batch, task_from_config
+from rope_lab.train import train
 from tests.helpers import tiny_trial
 
 COLUMNS = {
@@ -55,7 +57,7 @@ def test_scalings_rope_and_others():
 def test_rows_have_all_columns_and_consistent_buckets():
     cfg = tiny_trial("rope")
     model = make_model(cfg)
-    rows = evaluate_model(model, make_task_from(cfg), cfg, step=0)
+    rows = evaluate_model(model, task_from_config(cfg.task), cfg, step=0)
     assert all(set(r) == COLUMNS for r in rows)
     whole = [r for r in rows if r["position_bucket"] is None]
     assert {(r["method"], r["length"]) for r in whole} == {
@@ -90,7 +92,7 @@ SHORT_AND_LONG = {"eval.length_multipliers": (0.5, 2.0)}  # fewer programs to co
 )
 def test_padding_to_the_longest_length_leaves_rows_unchanged(kind, changes, lengths):
     cfg = replace(tiny_trial(kind), **changes)
-    model, task = make_model(cfg), make_task_from(cfg)
+    model, task = make_model(cfg), task_from_config(cfg.task)
     plain = evaluate_model(model, task, cfg, step=0)
     padded = evaluate_model(model, task, replace(cfg, **{"eval.pad_to_longest": True}), step=0)
     assert len(padded) == len(plain) and {r["length"] for r in plain} == lengths
@@ -115,7 +117,7 @@ def test_padded_forward_is_traced_once_for_every_length_and_scaling(monkeypatch)
         return token_losses(*args)
 
     monkeypatch.setattr(evaluate, "token_losses", counted)
-    rows = evaluate_model(make_model(cfg), make_task_from(cfg), cfg, step=0)
+    rows = evaluate_model(make_model(cfg), task_from_config(cfg.task), cfg, step=0)
     assert {(r["method"], r["length"]) for r in rows} == {
         (m, n) for m in ("default", "linear", "dynamic") for n in (8, 16, 32)
     }
@@ -316,7 +318,7 @@ def test_dynamic_ntk_is_rebuilt_at_every_length():
     """Each length's dynamic rows are those of the model with frequencies built at that
     length: the default rows up to L_train, others beyond (tiny_trial evaluates 8, 16, 32)."""
     cfg = tiny_trial("rope")
-    model, task = make_model(cfg), make_task_from(cfg)
+    model, task = make_model(cfg), task_from_config(cfg.task)
     rows = evaluate_model(model, task, cfg, step=0)
     for n in cfg.eval_lengths:
         at_n = with_scaling(model, "dynamic", 2.0, {}, seq_len=n)
@@ -369,7 +371,7 @@ def finetuned():
     )
     # not the trial's own initialisation: a stage that fine-tunes or evaluates anything but
     # the model it loads gives other rows
-    model, task = make_model(cfg, jax.random.PRNGKey(1)), make_task_from(cfg)
+    model, task = make_model(cfg, key=jax.random.PRNGKey(1)), task_from_config(cfg.task)
     step, results = cfg.train.steps, []
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(evaluate, "train", _finetune_spy(cfg, model, results))

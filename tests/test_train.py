@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from rope_lab.config import TrainConfig, replace
 from rope_lab.model import trainable
-from rope_lab.train import Hook, TraceGuard, lr_schedule, make_model, make_optimizer, train
+from rope_lab.model_factory import make_model
+from rope_lab.train import Hook, TraceGuard, lr_schedule, make_optimizer, train
 from tests.helpers import tiny_trial
 
 
@@ -187,7 +188,8 @@ def test_optimizer_update_is_clipped_adam_with_decay_mup_and_the_schedule():
 def test_randomized_positions_train_and_evaluate(kind):
     from rope_lab.config import validate
     from rope_lab.evaluate import evaluate_model
-    from rope_lab.train import batch_positions, make_task_from
+    from rope_lab.positions import batch_positions
+    from rope_lab.tasks import task_from_config
 
     cfg = replace(
         tiny_trial(kind, steps=5),
@@ -195,10 +197,22 @@ def test_randomized_positions_train_and_evaluate(kind):
     )
     validate(cfg)
     assert cfg.max_length == 128  # the learned table covers the whole random range
-    pos = batch_positions(cfg, jax.random.PRNGKey(0), 4, 16)
+    pos = batch_positions(cfg, key=jax.random.PRNGKey(0), batch_size=4, length=16)
     assert pos.shape == (4, 16) and int(pos.max()) < 128
     assert bool(jnp.all(jnp.diff(pos, axis=1) > 0)) and int(pos[:, -1].max()) > 16
     result = train(cfg)
     assert not result.diverged
-    rows = evaluate_model(result.model, make_task_from(cfg), cfg, step=5)
+    rows = evaluate_model(result.model, task_from_config(cfg.task), cfg, step=5)
     assert all(np.isfinite(r["loss"]) for r in rows if r["position_bucket"] is None)
+
+
+def test_factories_stay_importable_from_train_under_their_old_names():
+    from rope_lab import model_factory, objective, positions, tasks
+    from rope_lab import train as train_module
+
+    assert train_module.make_model is model_factory.make_model
+    assert train_module.token_losses is objective.token_losses
+    assert train_module.masked_loss is objective.masked_loss
+    assert train_module.batch_positions is positions.batch_positions
+    cfg = tiny_trial("rope")
+    assert train_module.make_task_from(cfg) == tasks.task_from_config(cfg.task)

@@ -1,6 +1,7 @@
 """Run a sweep: a train stage per trial, then one scaling stage per (method, factor) of each RoPE
-trial reading the trained model from disk. Ray core tasks (in-process Ray by default, any
-cluster with `address`), or a serial runner with the same interface for tests and debugging.
+trial reading the trained model from disk, then its trials row (all from `rope_lab.pipeline`).
+Ray core tasks (in-process Ray by default, any cluster with `address`), or a serial runner with
+the same interface for tests and debugging.
 
 The driver skips finished trials before importing JAX, records failures with their tracebacks
 and carries on, retries crashed workers (Ray `max_retries`), and always shuts Ray down.
@@ -8,7 +9,6 @@ and carries on, retries crashed workers (Ray `max_retries`), and always shuts Ra
 
 from __future__ import annotations
 
-import datetime as dt
 import sys
 import time
 from collections.abc import Callable
@@ -18,10 +18,16 @@ from typing import Any, Protocol
 
 from rope_lab.allocator import worker_env
 from rope_lab.config import TrialConfig, to_dict
-from rope_lab.results import is_finished, mark_success, trial_dir, write_trial_row
+from rope_lab.pipeline import (
+    TRAIN_STAGE,
+    finish_trial,
+    run_scaling_stage,
+    run_train_stage,
+    stage_name,
+)
+from rope_lab.results import is_finished, trial_dir
 from rope_lab.scaling_plan import scaling_stages
 from rope_lab.sweep.spec import Resources, SweepSpec
-from rope_lab.sweep.stages import run_scaling_stage, run_train_stage
 
 
 class Runner(Protocol):
@@ -163,33 +169,6 @@ class Progress:
             self.stream.write("\n")
 
 
-def _finalize(run_dir: Path, sweep: str, state: TrialState) -> str:
-    results = state.results
-    failed = [r for r in results if r.get("status") not in ("done", "diverged")]
-    train = next((r for r in results if r.get("stage") == "train"), {})
-    status = "failed" if failed else train.get("status", "failed")
-    error = "\n\n".join(str(r.get("error", r.get("status"))) for r in failed) or None
-    stamp = lambda key, pick: dt.datetime.fromtimestamp(
-        pick(r.get(key, time.time()) for r in results), dt.UTC
-    )
-    row = {
-        "trial_id": state.cfg.trial_id,
-        "sweep": sweep,
-        "status": status,
-        "error": error,
-        "wall_time_s": sum(r.get("wall_time_s", 0.0) for r in results),
-        "n_params": train.get("n_params"),
-        "tokens_seen": train.get("tokens_seen"),
-        "started_at": stamp("started_at", min),
-        "finished_at": stamp("finished_at", max),
-    }
-    folder = trial_dir(run_dir, state.cfg.trial_id)
-    write_trial_row(folder, row, state.cfg)
-    if status != "failed":
-        mark_success(folder)
-    return status
-
-
 def run_sweep(
     spec: SweepSpec,
     out_dir: str | Path = "runs",
@@ -226,7 +205,7 @@ def run_sweep(
 
     try:
         for t in todo:
-            submit(t.trial_id, "train", run_train_stage, to_dict(t), str(run_dir))
+            submit(t.trial_id, TRAIN_STAGE, run_train_stage, to_dict(t), str(run_dir))
         while handles:
             if progress and bar.tty:
                 bar.show()
@@ -239,11 +218,11 @@ def run_sweep(
             state.results.append(
                 {"stage": stage, "submitted_at": submitted, "queued_s": queued, **result}
             )
-            if stage == "train" and result.get("status") == "done":
+            if stage == TRAIN_STAGE and result.get("status") == "done":
                 for method, factor in scaling_stages(state.cfg):
                     submit(
                         trial_id,
-                        f"{method}_x{factor:g}",
+                        stage_name(method, factor),
                         run_scaling_stage,
                         to_dict(state.cfg),
                         str(run_dir),
@@ -255,7 +234,9 @@ def run_sweep(
                 if any(r.get("status") == "busy" for r in state.results):
                     statuses[trial_id] = "busy"
                     continue
-                statuses[trial_id] = _finalize(run_dir, spec.name, state)
+                statuses[trial_id] = finish_trial(
+                    run_dir, state.cfg, state.results, sweep=spec.name
+                )
                 if statuses[trial_id] == "failed":
                     bar.failed += 1
                 else:

@@ -1,0 +1,320 @@
+"""A trial's stages and the files they write: the one pipeline behind `rope-lab train` and sweeps.
+
+A trial is a train stage, then one scaling stage per RoPE (method, factor) of
+`scaling_plan.scaling_stages` (none after a divergence), then its trials row. Everything lands in
+`trial_dir(run_dir, trial_id)`:
+
+    config.yaml                      the trial config
+    checkpoints/<step>/              train stage checkpoints (every `train.checkpoint_every`)
+    train/train_<step>.parquet       train rows, one segment per checkpoint
+    ntk/ntk_<step>.parquet           NTK rows per tracked step (kernels in ntk/kernels_<step>.npz)
+    model.eqx                        the trained model (not written for a diverged run)
+    eval/eval_base.parquet           eval rows as trained
+    eval/eval_<method>_x<f>.parquet  eval rows of one scaling stage (zero-shot, then fine-tuned)
+    stages/<stage>/done.json         a finished stage's result; stages/<stage>/.lock its lease
+    trials/trial.parquet             the trials row (status, error, time, size, flat config)
+    _SUCCESS                         the trial is finished (done or diverged)
+
+Stages take plain data (a config dict, the run directory) so a Ray worker can run them, import
+JAX only when they run (the sweep driver stays JAX-free), hold a per-stage lease so two drivers
+never run one twice, and return small dicts (never arrays). A finished stage returns its
+`done.json` result without work; an interrupted train stage resumes from its latest checkpoint.
+A Python error in a stage becomes a `failed` result carrying the traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import os
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rope_lab.atomic import atomic_write_text
+from rope_lab.config import TrialConfig, from_dict, to_dict
+from rope_lab.results import TrialLease, append_rows, mark_success, trial_dir, write_trial_row
+from rope_lab.scaling_plan import scaling_stages
+from rope_lab.timing import Phases
+
+STAGES_DIR = "stages"
+TRAIN_STAGE = "train"
+MODEL_FILE = "model.eqx"
+CONFIG_FILE = "config.yaml"
+FINISHED = ("done", "diverged")  # stage statuses that are results (a done.json is written)
+
+
+def stage_name(method: str, factor: float) -> str:
+    """Folder-safe name of a scaling stage, e.g. 'yarn_x4'."""
+    return f"{method}_x{factor:g}"
+
+
+def stage_dir(run_dir: str | Path, trial_id: str, stage: str) -> Path:
+    """Folder holding one stage's lease and `done.json`."""
+    return trial_dir(run_dir, trial_id) / STAGES_DIR / stage
+
+
+def read_done(path: Path) -> dict | None:
+    """A finished stage's result, or None."""
+    marker = path / "done.json"
+    return json.loads(marker.read_text()) if marker.exists() else None
+
+
+def compile_cache_dir() -> Path | None:
+    """The persistent XLA compilation cache shared by every run: `$ROPE_LAB_COMPILE_CACHE` (a
+    folder, or 0 for none), else `$XDG_CACHE_HOME/rope_lab/jax` (default `~/.cache/...`).
+
+    One folder for all runs, so a rerun into a new folder, a later sweep with the same shapes,
+    and workers on other nodes that share the home directory reuse compiled programs (JAX keys
+    entries on the program, compile options, device and versions; it reads its cache folder
+    once per process, so a per-run folder would hold only a worker's first run's programs).
+    """
+    setting = os.environ.get("ROPE_LAB_COMPILE_CACHE", "")
+    if setting == "0":
+        return None
+    if setting and setting != "1":
+        return Path(setting).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "rope_lab" / "jax"
+
+
+def _setup_jax() -> None:
+    """Point JAX at the persistent compilation cache (`compile_cache_dir`), if any."""
+    import jax
+
+    cache = compile_cache_dir()
+    if cache is None:
+        return
+    cache.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(cache))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+
+
+def _guarded(run_dir: str | Path, trial_id: str, stage: str, work: Callable[[], dict]) -> dict:
+    """Run `work()` under the stage lease; catch Python errors into a failed result."""
+    folder = stage_dir(run_dir, trial_id, stage)
+    done = read_done(folder)
+    if done is not None:
+        return {**done, "cached": True}
+    lease = TrialLease(folder)
+    if not lease.acquire():
+        return {"status": "busy", "stage": stage, "trial_id": trial_id}
+    start = time.time()
+    try:
+        done = read_done(folder)  # finished by another driver between the check and the lease
+        if done is not None:
+            return {**done, "cached": True}
+        _setup_jax()
+        result = {"stage": stage, "trial_id": trial_id, "started_at": start, **work()}
+        result["wall_time_s"] = time.time() - start
+        result["finished_at"] = time.time()
+        if result["status"] in FINISHED:
+            atomic_write_text(folder / "done.json", json.dumps(result))
+        return result
+    except Exception:
+        return {
+            "status": "failed",
+            "stage": stage,
+            "trial_id": trial_id,
+            "error": traceback.format_exc(),
+            "started_at": start,
+            "wall_time_s": time.time() - start,
+            "finished_at": time.time(),
+        }
+    finally:
+        lease.release()
+
+
+def run_train_stage(config: dict[str, Any], run_dir: str | Path) -> dict:
+    """Train (resuming from the latest checkpoint), evaluate the model as trained, save it.
+
+    Result: status ("done", "diverged", "failed" or "busy"), n_params, tokens_seen,
+    resumed_from, final_loss, ntk_time_s, train_time_s, phases (seconds per phase)."""
+    cfg = from_dict(TrialConfig, config)
+    return _guarded(run_dir, cfg.trial_id, TRAIN_STAGE, lambda: _train(cfg, Path(run_dir)))
+
+
+def _train(cfg: TrialConfig, run_dir: Path) -> dict:
+    phases = Phases()
+    with phases.phase("setup"):
+        from rope_lab.checkpoint import TrialCheckpointer, save_model
+        from rope_lab.evaluate import evaluate_model
+        from rope_lab.model import count_params
+        from rope_lab.scaling_plan import scalings_for
+        from rope_lab.tasks import task_from_config
+        from rope_lab.train import Hook, StepState, init_state, train
+
+        folder = trial_dir(run_dir, cfg.trial_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(folder / CONFIG_FILE, yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        every = cfg.train.checkpoint_every or cfg.train.steps
+        model, opt_state = init_state(cfg)
+        task = task_from_config(cfg.task)
+    written = {"step": 0}
+    with TrialCheckpointer(folder / "checkpoints", every=every) as ckpt:
+        with phases.phase("io"):
+            start = ckpt.latest_step() or 0
+            if start:
+                model, opt_state, start, _ = ckpt.restore(model, opt_state)
+        written["step"] = start
+
+        def flush(history: list[dict], upto: int) -> None:
+            rows = [r for r in history if written["step"] < r["step"] <= upto]
+            if rows:
+                append_rows(folder, "train", rows, segment=f"train_{upto:08d}")
+            written["step"] = upto
+
+        def checkpoint(state: StepState) -> None:
+            # Rows first: a kill between the two recomputes them (same segment name), whereas
+            # a checkpoint saved before its rows would lose them on resume.
+            with phases.phase("io"):
+                flush(state.history, state.step)
+                ckpt.save(
+                    state.step, state.model, state.opt_state, {"data_step": state.step}, force=True
+                )
+
+        hooks = [Hook(every=every, fn=checkpoint)]
+        tracker = None
+        if cfg.ntk.enabled:
+            from rope_lab.ntk_tracking import tracking_hook
+
+            def sink(step: int, rows: list[dict]) -> None:
+                append_rows(folder, "ntk", rows, segment=f"ntk_{step:08d}")
+
+            with phases.phase("ntk"):
+                hook, tracker = tracking_hook(cfg, task, sink, folder=folder, done_steps=start)
+            hooks.insert(0, dataclasses.replace(hook, fn=_timed(phases, "ntk", hook.fn)))
+        with phases.phase("train"):
+            result = train(cfg, model=model, opt_state=opt_state, start_step=start, hooks=hooks)
+        with phases.phase("io"):
+            flush(result.history, result.steps_done)
+    out = {
+        "status": "diverged" if result.diverged else "done",
+        "n_params": count_params(result.model),
+        "tokens_seen": result.tokens_seen,
+        "resumed_from": start,
+        "final_loss": result.history[-1]["loss"] if result.history else None,
+        "ntk_time_s": 0.0 if tracker is None else tracker.seconds,
+        "train_time_s": result.wall_time_s,
+    }
+    if not result.diverged:
+        with phases.phase("io"):
+            save_model(folder / MODEL_FILE, result.model)
+        with phases.phase("eval"):
+            rows = evaluate_model(
+                result.model, task, cfg, step=result.steps_done, scalings=scalings_for(cfg)[:1]
+            )
+        with phases.phase("io"):
+            append_rows(folder, "eval", rows, segment="eval_base")
+    return out | {"phases": phases.as_dict()}
+
+
+def _timed(phases: Phases, name: str, fn: Callable) -> Callable:
+    def run(state):
+        with phases.phase(name):
+            fn(state)
+
+    return run
+
+
+def run_scaling_stage(
+    config: dict[str, Any], run_dir: str | Path, method: str, factor: float
+) -> dict:
+    """Evaluate the trained model under one RoPE scaling (zero-shot, then fine-tuned if
+    `eval.finetune_steps` > 0), reading the model the train stage saved."""
+    cfg = from_dict(TrialConfig, config)
+    stage = stage_name(method, factor)
+    return _guarded(
+        run_dir, cfg.trial_id, stage, lambda: _scale(cfg, Path(run_dir), method, factor, stage)
+    )
+
+
+def _scale(cfg: TrialConfig, run_dir: Path, method: str, factor: float, stage: str) -> dict:
+    from rope_lab.checkpoint import load_model
+    from rope_lab.evaluate import evaluate_model, finetune_and_evaluate
+    from rope_lab.model_factory import make_model
+    from rope_lab.scaling_plan import eval_scaling
+    from rope_lab.tasks import task_from_config
+
+    phases = Phases()
+    folder = trial_dir(run_dir, cfg.trial_id)
+    with phases.phase("io"):
+        model = load_model(folder / MODEL_FILE, make_model(cfg))
+    task = task_from_config(cfg.task)
+    scaling = eval_scaling(cfg, method, factor)
+    step = cfg.train.steps
+    with phases.phase("eval"):
+        rows = evaluate_model(model, task, cfg, step=step, scalings=[scaling])
+    with phases.phase("finetune"):
+        rows += finetune_and_evaluate(model, task, cfg, step=step, scalings=[scaling])
+    with phases.phase("io"):
+        append_rows(folder, "eval", rows, segment=f"eval_{stage}")
+    return {"status": "done", "phases": phases.as_dict()}
+
+
+def finish_trial(
+    run_dir: str | Path, cfg: TrialConfig, results: Sequence[dict], *, sweep: str
+) -> str:
+    """Write the trials row from the stage results (each with its `stage`) and, unless a stage
+    failed, `_SUCCESS`. Returns the trial status: failed, else the train stage's status."""
+    failed = [r for r in results if r.get("status") not in FINISHED]
+    train = next((r for r in results if r.get("stage") == TRAIN_STAGE), {})
+    status = "failed" if failed else train.get("status", "failed")
+    error = "\n\n".join(str(r.get("error", r.get("status"))) for r in failed) or None
+
+    def stamp(key: str, pick: Callable) -> dt.datetime:
+        return dt.datetime.fromtimestamp(pick(r.get(key, time.time()) for r in results), dt.UTC)
+
+    row = {
+        "trial_id": cfg.trial_id,
+        "sweep": sweep,
+        "status": status,
+        "error": error,
+        "wall_time_s": sum(r.get("wall_time_s", 0.0) for r in results),
+        "n_params": train.get("n_params"),
+        "tokens_seen": train.get("tokens_seen"),
+        "started_at": stamp("started_at", min),
+        "finished_at": stamp("finished_at", max),
+    }
+    folder = trial_dir(run_dir, cfg.trial_id)
+    write_trial_row(folder, row, cfg)
+    if status != "failed":
+        mark_success(folder)
+    return status
+
+
+def run_trial_stages(
+    cfg: TrialConfig, run_dir: str | Path, *, sweep: str | None = None
+) -> tuple[str, list[dict]]:
+    """Every stage of one trial in this process, in order, then its trials row (sweep name
+    default: `cfg.name`). Returns the trial status (done, diverged, failed, or busy when another
+    process holds a stage: no trials row then) and the stage results."""
+    config = to_dict(cfg)
+    results = [run_train_stage(config, run_dir)]
+    if results[0]["status"] == "done":
+        for method, factor in scaling_stages(cfg):
+            results.append(run_scaling_stage(config, run_dir, method, factor))
+    if any(r["status"] == "busy" for r in results):
+        return "busy", results
+    return finish_trial(run_dir, cfg, results, sweep=cfg.name if sweep is None else sweep), results
+
+
+__all__ = [
+    "CONFIG_FILE",
+    "MODEL_FILE",
+    "STAGES_DIR",
+    "TRAIN_STAGE",
+    "compile_cache_dir",
+    "finish_trial",
+    "read_done",
+    "run_scaling_stage",
+    "run_train_stage",
+    "run_trial_stages",
+    "stage_dir",
+    "stage_name",
+]
