@@ -74,14 +74,6 @@ class PowerLawFit:
             "n_groups": self.n_groups,
         }
 
-    def describe(self) -> str:
-        """``"y = 2.1·x^-0.48 [0.41, 0.55] (+0.3), R² 0.99"``."""
-        off = f" + {self.c:.3g}" if self.offset else ""
-        return (
-            f"y = {self.a:.3g}·x^-{self.b:.3f} [{self.b_ci[0]:.3f}, {self.b_ci[1]:.3f}]"
-            f"{off}, R² {self.r2:.3f}"
-        )
-
 
 def _curve(x: Any, a: Any, b: Any, c: Any) -> Any:
     return a * np.power(x, -b) + c

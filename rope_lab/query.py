@@ -22,17 +22,6 @@ import polars as pl
 
 from rope_lab.results import Results, load
 
-# Figure kinds of rope_lab.plots (here, so the CLI parser lists them without importing seaborn).
-PLOT_KINDS: Final = (
-    "extrapolation",
-    "positions",
-    "ntk-drift",
-    "ntk-cross",
-    "kernel",
-    "scaling",
-    "summary",
-)
-
 __all__ = [
     "MEASUREMENT_COLUMNS",
     "RUN_COLUMNS",
@@ -47,6 +36,8 @@ __all__ = [
     "ntk_final",
     "ntk_table",
     "results_of",
+    "trained_expr",
+    "trained_with_scaling",
     "varying_columns",
 ]
 
@@ -134,37 +125,50 @@ def _factor_str(col: str) -> pl.Expr:
     )
 
 
+def trained_expr(columns: Sequence[str], *, as_trained: str | None = None) -> pl.Expr:
+    """Whether a row is its PE as trained rather than a RoPE scaling applied at evaluation.
+
+    ``method == as_trained`` (the NTK table's ``"none"``), or, when ``as_trained`` is None,
+    method ``"none"`` or method and factor equal to the trained RoPE scaling (eval table).
+    """
+    method = pl.col("method").fill_null("none")
+    if as_trained is not None:
+        return method == as_trained
+    if SCALING not in columns:
+        return method == "none"
+    same_factor = pl.lit(True)
+    if TRAIN_FACTOR in columns:
+        same_factor = pl.col("factor").is_null() | (pl.col("factor") == pl.col(TRAIN_FACTOR))
+    return (method == "none") | ((method == pl.col(SCALING).fill_null("default")) & same_factor)
+
+
+def trained_with_scaling(columns: Sequence[str], *, as_trained: str | None = None) -> pl.Expr:
+    """Whether a row's RoPE was trained with a scaling, which its label as trained names
+    (``"rope (linear x2)"``; eval tables, ``as_trained`` None, only)."""
+    if as_trained is not None or KIND not in columns or SCALING not in columns:
+        return pl.lit(False)
+    kind = pl.col(KIND).fill_null("?")
+    return (kind == "rope") & (pl.col(SCALING).fill_null("default") != "default")
+
+
 def label_expr(columns: Sequence[str], *, as_trained: str | None = None) -> pl.Expr:
     """Curve label: ``"alibi"``, ``"rope"``, ``"rope/yarn x4"``, ``"rope/ntk x2 +ft100"``.
 
-    A row is "as trained" when ``method == as_trained`` (the NTK table's ``"none"``), or, when
-    ``as_trained`` is None, when method is ``"none"`` or method and factor equal the trained
-    RoPE scaling (eval table). RoPE trained with a scaling reads ``"rope (linear x2)"``.
+    Rows of the PE as trained (:func:`trained_expr`) read the PE kind; RoPE trained with a
+    scaling reads ``"rope (linear x2)"``.
     """
     method = pl.col("method").fill_null("none")
-    has_kind = KIND in columns
-    kind = pl.col(KIND).fill_null("?") if has_kind else pl.lit("")
+    trained = trained_expr(columns, as_trained=as_trained)
     scaled = pl.concat_str([method, pl.lit(" x"), _factor_str("factor")])
-    base = kind
-    if as_trained is not None:
-        trained = method == as_trained
-    elif SCALING in columns:
-        train_scaling = pl.col(SCALING).fill_null("default")
-        if TRAIN_FACTOR in columns:
-            same_factor = pl.col("factor").is_null() | (pl.col("factor") == pl.col(TRAIN_FACTOR))
-            trained_name = [train_scaling, pl.lit(" x"), _factor_str(TRAIN_FACTOR)]
-        else:
-            same_factor = pl.lit(True)
-            trained_name = [train_scaling]
-        trained = (method == "none") | ((method == train_scaling) & same_factor)
-        base = (
-            pl.when((kind == "rope") & (train_scaling != "default"))
-            .then(pl.concat_str([kind, pl.lit(" ("), *trained_name, pl.lit(")")]))
-            .otherwise(kind)
-        )
-    else:
-        trained = method == "none"
-    if has_kind:
+    if KIND in columns:
+        kind = pl.col(KIND).fill_null("?")
+        base = kind
+        if SCALING in columns and as_trained is None:
+            name = [pl.col(SCALING).fill_null("default")]
+            if TRAIN_FACTOR in columns:
+                name += [pl.lit(" x"), _factor_str(TRAIN_FACTOR)]
+            with_name = pl.concat_str([kind, pl.lit(" ("), *name, pl.lit(")")])
+            base = pl.when(trained_with_scaling(columns)).then(with_name).otherwise(kind)
         label = pl.when(trained).then(base).otherwise(pl.concat_str([kind, pl.lit("/"), scaled]))
     else:
         label = pl.when(trained).then(method).otherwise(scaled)

@@ -294,10 +294,14 @@ def test_cli_results_errors(
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-def test_cli_plot_kinds_match_plots_module() -> None:
-    from rope_lab import plots, query
+def test_cli_plot_kinds_match_plots_module(capsys: pytest.CaptureFixture[str]) -> None:
+    from rope_lab import plots
 
-    assert query.PLOT_KINDS == plots.KINDS
+    with pytest.raises(SystemExit):
+        _cli(["plot", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "one of: " + ", ".join(plots.KINDS) in out
+    assert "Kinds: extrapolation (metric vs evaluation length per PE kind / RoPE scaling)" in out
 
 
 def test_report_script_tables(run: Path, tmp_path: Path) -> None:

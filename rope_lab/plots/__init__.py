@@ -9,31 +9,42 @@ L_train; the shaded band around a line is ± one standard error over seeds (draw
 configuration has several seeds). Colours: one hue per PE kind / RoPE scaling method, light
 and dark shades of it for the scaling factors.
 
-Modules: ``eval_curves`` (extrapolation, positions), ``ntk`` (ntk-drift, ntk-cross),
-``kernels`` (kernel heatmaps), ``scaling_laws`` (scaling), ``dashboard`` (summary), and the
-shared ``labels``, ``style``, ``layout``, ``frames`` and ``axes``; this package holds the
-dispatch from plot kind to function.
+A plot kind is a function registered with ``@PLOTS.register("kind")`` (``registry.PLOTS``)
+in a module of this package; the first line of its docstring is its one-line help. Modules:
+``eval_curves`` (extrapolation, positions), ``ntk`` (ntk-drift, ntk-cross), ``kernels``
+(kernel), ``scaling_laws`` (scaling), ``dashboard`` (summary), and the shared ``curves``,
+``labels``, ``style``, ``layout``, ``frames`` and ``axes``.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
-from collections.abc import Callable, Mapping
+import pkgutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
 from matplotlib.figure import Figure
 
-from rope_lab.plots.dashboard import summary
+# isort: off
+# Import order is registration order, which is the order PLOTS and KINDS list the kinds in.
 from rope_lab.plots.eval_curves import LENGTH_AXES, extrapolation, positions
-from rope_lab.plots.frames import Source
+from rope_lab.plots.ntk import CROSS_METRICS, DRIFT_METRICS, ntk_cross, ntk_drift
 from rope_lab.plots.kernels import kernel, load_kernel_arrays, plot_kernel_matrices
+from rope_lab.plots.scaling_laws import EVAL_METRICS, scaling, scaling_data
+from rope_lab.plots.dashboard import summary
+# isort: on
+
+from rope_lab.plots.frames import Source
 from rope_lab.plots.labels import NAMES, SHORT, name_of
 from rope_lab.plots.layout import FORMATS, PANEL, save
-from rope_lab.plots.ntk import CROSS_METRICS, DRIFT_METRICS, ntk_cross, ntk_drift
-from rope_lab.plots.scaling_laws import EVAL_METRICS, scaling, scaling_data
 from rope_lab.plots.style import label_key
-from rope_lab.query import PLOT_KINDS, QueryError
+from rope_lab.query import QueryError
+from rope_lab.registry import PLOTS, UnknownName
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = [
     "CROSS_METRICS",
@@ -44,16 +55,19 @@ __all__ = [
     "LENGTH_AXES",
     "NAMES",
     "PANEL",
+    "PLOTS",
     "SHORT",
     "Source",
     "extrapolation",
     "kernel",
+    "kind_help",
     "label_key",
     "load_kernel_arrays",
     "name_of",
     "ntk_cross",
     "ntk_drift",
     "plot",
+    "plot_function",
     "plot_kernel_matrices",
     "plot_options",
     "positions",
@@ -63,24 +77,29 @@ __all__ = [
     "summary",
 ]
 
-KINDS: Final = PLOT_KINDS
+KINDS: Final = PLOTS.names()
 
-_PLOTS: Final[Mapping[str, Callable[..., Figure]]] = {
-    "extrapolation": extrapolation,
-    "positions": positions,
-    "ntk-drift": ntk_drift,
-    "ntk-cross": ntk_cross,
-    "kernel": kernel,
-    "scaling": scaling,
-    "summary": summary,
-}
+
+def plot_function(kind: str) -> Callable[..., Figure]:
+    """The function registered as plot ``kind``; QueryError listing the kinds when unknown."""
+    try:
+        func: Callable[..., Figure] = PLOTS[kind]
+    except UnknownName:
+        kinds = ", ".join(PLOTS.names())
+        raise QueryError(f"unknown plot kind {kind!r}; kinds are: {kinds}") from None
+    return func
+
+
+def kind_help(kind: str) -> str:
+    """One-line help of plot ``kind``: the first line of its docstring, without the period."""
+    doc = inspect.getdoc(plot_function(kind)) or ""
+    return doc.partition("\n")[0].rstrip(".")
 
 
 def plot_options(kind: str) -> list[str]:
     """Keyword options of plot ``kind`` (``metric`` stands for ``metrics`` of the NTK plots)."""
-    if kind not in _PLOTS:
-        raise QueryError(f"unknown plot kind {kind!r}; kinds are: {', '.join(KINDS)}")
-    names = [p for p in inspect.signature(_PLOTS[kind]).parameters if p not in ("source", "out")]
+    params = inspect.signature(plot_function(kind)).parameters
+    names = [p for p in params if p not in ("source", "out")]
     return ["metric" if n == "metrics" else n for n in names]
 
 
@@ -97,11 +116,9 @@ def plot(kind: str, source: Any, *, out: str | Path | None = None, **options: An
             f"plot kind {kind!r} does not take {', '.join(unknown)}; it takes: "
             f"{', '.join(accepted) or '(no options)'}"
         )
-    func = _PLOTS[kind]
+    func = plot_function(kind)
     if "metric" in options and "metrics" in inspect.signature(func).parameters:
         options["metrics"] = (options.pop("metric"),)
     if isinstance(source, list | tuple) and len(source) == 1:
         source = source[0]
-    if kind == "kernel" and isinstance(source, list | tuple):
-        raise QueryError("the kernel plot takes one .npz file or folder")
     return func(source, out=out, **options)

@@ -12,8 +12,9 @@ import seaborn as sns
 from matplotlib import ticker
 from matplotlib.axes import Axes
 
+from rope_lab.fits import PowerLawFit
 from rope_lab.plots.frames import finite_rows
-from rope_lab.plots.style import DASHES, is_scaled
+from rope_lab.plots.style import DASHES, SCALED_DASH, dashed_labels
 
 
 def lineplot(
@@ -32,18 +33,18 @@ def lineplot(
     """Mean ``y`` vs ``x`` per ``hue`` level with a ± 1 s.e. band over seeds (seaborn), finite
     values only; RoPE scalings dashed when ``hue`` is the label, else dashes by ``style``."""
     cols = list(dict.fromkeys(c for c in (x, y, hue, style) if c))
-    data = finite_rows(frame, y).select(cols)
-    if data.is_empty():
+    finite = finite_rows(frame, y)
+    if finite.is_empty():
         return
-    pdf = data.to_pandas()
+    pdf = finite.select(cols).to_pandas()
     present = set(pdf[hue]) if hue else set()
     kw: dict[str, Any] = {}
     if hue:
         kw.update(hue=hue, hue_order=[v for v in (order or []) if v in present], palette=palette)
     if style is None and hue == "label":
-        pdf["_scaled"] = pdf[hue].map(is_scaled)
+        pdf["_scaled"] = pdf[hue].isin(dashed_labels(finite, hue))
         style, style_order = "_scaled", [False, True]
-        kw.update(style=style, style_order=style_order, dashes={False: "", True: (4, 1.6)})
+        kw.update(style=style, style_order=style_order, dashes={False: "", True: SCALED_DASH})
     elif style:
         present_styles = set(pdf[style])
         levels = [s for s in (style_order or sorted(present_styles)) if s in present_styles]
@@ -66,6 +67,16 @@ def lineplot(
         ax=ax,
         **kw,
     )
+
+
+def draw_fit(ax: Axes, fit: PowerLawFit, xs: np.ndarray, color: Any, *, points: int) -> None:
+    """The fitted power law over the range of ``xs`` (``points`` log-spaced values) and its
+    bootstrap band where the interval means something (>= 3 resampling units, > 2 points)."""
+    grid = np.geomspace(xs.min(), xs.max(), points)
+    ax.plot(grid, fit.predict(grid), color=color, linewidth=1.6)
+    if fit.n > 2 and fit.n_groups >= 3 and fit.b_ci[1] > fit.b_ci[0]:
+        lo, hi = fit.band(grid)
+        ax.fill_between(grid, lo, hi, color=color, alpha=0.15, linewidth=0)
 
 
 def loglog(ax: Axes, xs: Sequence[float], ys: Sequence[float]) -> None:

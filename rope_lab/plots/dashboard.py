@@ -17,21 +17,27 @@ from matplotlib.gridspec import GridSpec
 
 from rope_lab import query as q
 from rope_lab.plots.axes import lineplot, log2_axis, mark_train_length, plain_log
+from rope_lab.plots.curves import with_labels
 from rope_lab.plots.eval_curves import bucket_frame, draw_extrapolation, draw_positions
-from rope_lab.plots.frames import eval_frame, finite_rows, n_seeds
+from rope_lab.plots.frames import eval_frame, finite_rows, n_seeds, ntk_frame
 from rope_lab.plots.labels import constant_note, format_value, name_of, spread_note, subtitle
 from rope_lab.plots.layout import finish
 from rope_lab.plots.ntk import cross_rows, draw_drift_end
 from rope_lab.plots.scaling_laws import draw_scaling, scaling_data
-from rope_lab.plots.style import DASHES, figure_legend, hue_mapping, styled
+from rope_lab.plots.style import DASHES, dashed_labels, figure_legend, hue_mapping, styled
 from rope_lab.query import QueryError
+from rope_lab.registry import PLOTS
 
 
+@PLOTS.register("summary")
 @styled
 def summary(source: q.Source, *, threshold: float = 0.9, out: str | Path | None = None) -> Figure:
-    """One page for a whole sweep: accuracy and loss vs length and loss by position (widest
+    """One-page dashboard.
+
+    One page for a whole sweep: accuracy and loss vs length and loss by position (widest
     model), how far each curve keeps ``threshold`` x its L_train accuracy, loss vs width, the
-    training loss curves, and the NTK drift and cross-kernel panels when ntk rows exist."""
+    training loss curves, and the NTK drift and cross-kernel panels when ntk rows exist.
+    """
     res = source if isinstance(source, q.Results) else q.results_of(source)
     evals = eval_frame(res)
     buckets = eval_frame(res, whole_sequence=False)
@@ -46,7 +52,7 @@ def summary(source: q.Source, *, threshold: float = 0.9, out: str | Path | None 
     )
     widest = evals.filter(pl.col("model.width") == widths[-1]) if widths else evals
     wtitle = f" (width {widths[-1]})" if widths else ""
-    order, palette = hue_mapping(evals.get_column("label").to_list(), "label")
+    order, palette = hue_mapping(evals, "label")
 
     ax = fig.add_subplot(gs[0, 0])
     draw_extrapolation(
@@ -79,7 +85,7 @@ def summary(source: q.Source, *, threshold: float = 0.9, out: str | Path | None 
     if len(widths) >= 1 and "model.position.kind" in evals.columns:
         rows, where = scaling_data(res, "loss")
         rows = rows.rename({"loss": "_y"})
-        k_order, k_pal = hue_mapping(rows.get_column("model.position.kind").to_list(), "kind")
+        k_order, k_pal = hue_mapping(rows, "model.position.kind")
         draw_scaling(
             ax,
             rows,
@@ -97,12 +103,8 @@ def summary(source: q.Source, *, threshold: float = 0.9, out: str | Path | None 
     ax = fig.add_subplot(gs[1, 2])
     train = res.with_config("train").collect()
     if not train.is_empty():
-        train = train.with_columns(
-            q.label_expr(train.columns, as_trained="none")
-            if "method" in train.columns
-            else pl.col("model.position.kind").alias("label")
-        )
-        t_order, t_pal = hue_mapping(train.get_column("label").to_list(), "label")
+        train = with_labels(train, as_trained="none")
+        t_order, t_pal = hue_mapping(train, "label")
         style = "model.width" if len(widths) > 1 else None
         lineplot(
             ax,
@@ -131,7 +133,7 @@ def summary(source: q.Source, *, threshold: float = 0.9, out: str | Path | None 
             ax.legend(fontsize=8, loc="upper right")
 
     if has_ntk:
-        _ntk_dashboard_row(fig, gs, ntk)
+        _ntk_dashboard_row(fig, gs, ntk_frame(ntk))
     seeds = n_seeds(evals, ["length", "label", "model.width"])
     fig.suptitle(
         f"Sweep summary: {', '.join(str(p) for p in res.run_dirs)}\n"
@@ -142,7 +144,7 @@ def summary(source: q.Source, *, threshold: float = 0.9, out: str | Path | None 
         ),
         fontsize=12,
     )
-    figure_legend(fig, order, palette, name_of("label"))
+    figure_legend(fig, order, palette, name_of("label"), dashed=dashed_labels(evals, "label"))
     return finish(fig, out)
 
 
@@ -167,7 +169,7 @@ def _draw_longest(
     present = [v for v in order if v in set(pdf["label"])]
     kw: dict[str, Any] = {}
     if hue:
-        w_order, w_pal = hue_mapping(pdf[hue].tolist(), hue)
+        w_order, w_pal = hue_mapping(data, hue)
         kw = {"hue": hue, "hue_order": w_order, "palette": w_pal}
     else:
         kw = {"hue": "label", "hue_order": present, "palette": palette, "legend": False}
@@ -203,7 +205,7 @@ def _ntk_dashboard_row(fig: Figure, gs: GridSpec, ntk: pl.DataFrame) -> None:
     ax = fig.add_subplot(gs[2, 0])
     if "distance_from_init" in metrics:
         rows = q.ntk_final(ntk, "distance_from_init", step="all").filter(pl.col("step") > 0)
-        order, palette = hue_mapping(rows.get_column("model.width").to_list(), "model.width")
+        order, palette = hue_mapping(rows, "model.width")
         kinds = sorted(rows.get_column("model.position.kind").unique().to_list())
         lineplot(
             ax,
@@ -245,7 +247,7 @@ def _ntk_dashboard_row(fig: Figure, gs: GridSpec, ntk: pl.DataFrame) -> None:
     except QueryError:
         ax.text(0.5, 0.5, "no cross-kernel rows", ha="center", transform=ax.transAxes)
         return
-    order, palette = hue_mapping(rows.get_column("label").to_list(), "label")
+    order, palette = hue_mapping(rows, "label")
     lineplot(ax, rows, "probe_length", "value", "label", order, palette)
     log2_axis(ax, rows.get_column("probe_length").to_list())
     if "train.length" in rows.columns:

@@ -27,8 +27,9 @@ from rope_lab.plots.frames import (
 )
 from rope_lab.plots.labels import constant_note, name_of, spread_note, subtitle
 from rope_lab.plots.layout import facets, finish, outer_labels
-from rope_lab.plots.style import figure_legend, hue_mapping, styled
+from rope_lab.plots.style import dashed_labels, figure_legend, hue_mapping, styled
 from rope_lab.query import QueryError
+from rope_lab.registry import PLOTS
 
 LENGTH_AXES: Final = frozenset({"length", "length_ratio", "probe_length"})
 
@@ -55,6 +56,7 @@ def draw_extrapolation(
     unit_ylim(ax, metric)
 
 
+@PLOTS.register("extrapolation")
 @styled
 def extrapolation(
     source: Source,
@@ -66,11 +68,11 @@ def extrapolation(
     row: str | None = "auto",
     out: str | Path | None = None,
 ) -> Figure:
-    """``metric`` vs evaluation length, one line per PE kind / RoPE scaling (``label``).
+    """Metric vs evaluation length per PE kind / RoPE scaling.
 
-    Facets: ``col``/``row`` columns ("auto": width as columns, L_train / task /
-    parametrization / depth as rows when they vary; None: no facet). ``x="length_ratio"``
-    puts L_train at 1.
+    ``metric`` vs evaluation length, one line per PE kind / RoPE scaling (``label``). Facets:
+    ``col``/``row`` columns ("auto": width as columns, L_train / task / parametrization / depth
+    as rows when they vary; None: no facet). ``x="length_ratio"`` puts L_train at 1.
     """
     frame = eval_frame(source)
     col = auto_facet(frame, col, COL_AUTO)
@@ -80,7 +82,7 @@ def extrapolation(
     if frame.is_empty():
         raise QueryError(f"no finite {metric!r} values to plot")
     warn_if_mixed(frame, [x, hue, col, row])
-    order, palette = hue_mapping(frame.get_column(hue).to_list(), hue)
+    order, palette = hue_mapping(frame, hue)
     fig, items = facets(frame, col, row)
     for ax, sub, title in items:
         draw_extrapolation(ax, sub, metric=metric, x=x, hue=hue, order=order, palette=palette)
@@ -92,7 +94,7 @@ def extrapolation(
         + subtitle(constant_note(frame, ["task.name", "train.length"]), spread_note(seeds)),
         fontsize=11,
     )
-    figure_legend(fig, order, palette, name_of(hue))
+    figure_legend(fig, order, palette, name_of(hue), dashed=dashed_labels(frame, hue))
     return finish(fig, out)
 
 
@@ -140,6 +142,7 @@ def draw_positions(
     unit_ylim(ax, metric)
 
 
+@PLOTS.register("positions")
 @styled
 def positions(
     source: Source,
@@ -151,9 +154,12 @@ def positions(
     row: str | None = "auto",
     out: str | Path | None = None,
 ) -> Figure:
-    """``metric`` vs position within the sequence (bucket centres) at the longest evaluated
+    """Loss by position at the longest length.
+
+    ``metric`` vs position within the sequence (bucket centres) at the longest evaluated
     length (or ``length``), one line per PE kind / RoPE scaling, ALiBi-paper style; the shaded
-    region lies beyond L_train. Buckets without scored targets are left out."""
+    region lies beyond L_train. Buckets without scored targets are left out.
+    """
     frame = eval_frame(source, whole_sequence=False)
     col = auto_facet(frame, col, COL_AUTO)
     row = auto_facet(frame, row, ROW_AUTO)
@@ -164,7 +170,7 @@ def positions(
     if rows.is_empty():
         raise QueryError(f"no finite per-position {metric!r} values to plot")
     warn_if_mixed(rows, ["position", hue, col, row])
-    order, palette = hue_mapping(rows.get_column(hue).to_list(), hue)
+    order, palette = hue_mapping(rows, hue)
     fig, items = facets(rows, col, row, sharex=False)
     for ax, sub, title in items:
         draw_positions(ax, sub, metric=metric, hue=hue, order=order, palette=palette)
@@ -184,5 +190,5 @@ def positions(
         ),
         fontsize=11,
     )
-    figure_legend(fig, order, palette, name_of(hue))
+    figure_legend(fig, order, palette, name_of(hue), dashed=dashed_labels(rows, hue))
     return finish(fig, out)

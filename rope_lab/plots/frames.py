@@ -10,6 +10,7 @@ from typing import Final
 import polars as pl
 
 from rope_lab import query as q
+from rope_lab.plots.curves import LABEL_COLUMNS, with_labels
 from rope_lab.query import QueryError
 
 COL_AUTO: Final = ("model.width",)
@@ -20,8 +21,9 @@ Source = q.Source | pl.DataFrame
 
 
 def eval_frame(source: Source, *, whole_sequence: bool = True) -> pl.DataFrame:
-    """Eval rows of ``source`` with ``error_rate`` and ``label`` columns (whole-sequence rows
-    only unless ``whole_sequence`` is False); QueryError when there are none."""
+    """Eval rows of ``source`` with ``error_rate``, ``label`` and the label columns
+    (:func:`~rope_lab.plots.curves.label_columns`): whole-sequence rows only unless
+    ``whole_sequence`` is False; QueryError when there are none."""
     if isinstance(source, pl.DataFrame):
         frame = source
         if whole_sequence and "position_bucket" in frame.columns:
@@ -32,21 +34,18 @@ def eval_frame(source: Source, *, whole_sequence: bool = True) -> pl.DataFrame:
         raise QueryError("no eval rows in these run directories")
     if "accuracy" in frame.columns and "error_rate" not in frame.columns:
         frame = frame.with_columns((1.0 - pl.col("accuracy")).alias("error_rate"))
-    if "label" not in frame.columns:
-        frame = frame.with_columns(q.label_expr(frame.columns))
-    return frame
+    return with_labels(frame)
 
 
 def ntk_frame(source: Source) -> pl.DataFrame:
-    """NTK rows of ``source`` with a ``label`` column; QueryError when there are none."""
+    """NTK rows of ``source`` with ``label`` and the label columns (the kernel as trained is
+    method ``"none"``); QueryError when there are none."""
     frame = source if isinstance(source, pl.DataFrame) else q.ntk_table(source)
     if frame.is_empty():
         raise QueryError(
             "no ntk rows in these run directories (the ntk table is written by NTK tracking)"
         )
-    if "label" not in frame.columns:
-        frame = frame.with_columns(q.label_expr(frame.columns, as_trained="none"))
-    return frame
+    return with_labels(frame, as_trained="none")
 
 
 def auto_facet(frame: pl.DataFrame, value: str | None, candidates: Sequence[str]) -> str | None:
@@ -71,6 +70,7 @@ def warn_if_mixed(frame: pl.DataFrame, keys: Sequence[str | None]) -> None:
         if counts.get_column("len").max() in (None, 0, 1):
             return
     skip = set(keys) | q.RUN_COLUMNS | q.MEASUREMENT_COLUMNS | {"label", "method", "factor"}
+    skip |= set(LABEL_COLUMNS)
     mixed = []
     for c in frame.columns:
         if c in skip or c.startswith("eval.") or frame.schema[c] == pl.List:

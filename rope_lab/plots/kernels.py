@@ -17,6 +17,7 @@ from rope_lab.plots.axes import mark_train_length
 from rope_lab.plots.layout import finish
 from rope_lab.plots.style import styled
 from rope_lab.query import QueryError
+from rope_lab.registry import PLOTS
 
 
 @styled
@@ -137,8 +138,15 @@ def load_kernel_arrays(path: str | Path) -> dict[str, Any]:
     )
 
 
+@PLOTS.register("kernel")
 def kernel(source: str | Path, *, out: str | Path | None = None) -> Figure:
-    """:func:`plot_kernel_matrices` of the arrays in an ``.npz`` file (or found in a folder)."""
+    """Heatmaps of kernel arrays in an .npz: K_train, K_cross, profile.
+
+    :func:`plot_kernel_matrices` of the arrays in an ``.npz`` file (or the first found in a
+    folder).
+    """
+    if isinstance(source, list | tuple):
+        raise QueryError("the kernel plot takes one .npz file or folder")
     arrays = load_kernel_arrays(source)
     return plot_kernel_matrices(
         arrays["K_train"],

@@ -77,6 +77,15 @@ def constant_note(frame: pl.DataFrame, cols: Sequence[str]) -> str:
     return ", ".join(parts)
 
 
+def ci_text(ci: tuple[float, float], n: int, n_groups: int, fmt: str = ".2f") -> str:
+    """`` [lo, hi]`` when a bootstrap interval means something, else why not."""
+    if n <= 2:
+        return f" (n={n}: exact, no CI)"
+    if n_groups < 3 or not ci[1] > ci[0]:
+        return f" (n={n}, no CI)"
+    return f" [{ci[0]:{fmt}}, {ci[1]:{fmt}}]"
+
+
 def subtitle(*parts: str) -> str:
     """The non-empty ``parts`` joined by middle dots."""
     return " · ".join(p for p in parts if p)

@@ -16,7 +16,14 @@ from matplotlib.figure import Figure
 
 from rope_lab import query as q
 from rope_lab.fits import fit_power_law
-from rope_lab.plots.axes import lineplot, log2_axis, loglog, mark_train_length, plain_log
+from rope_lab.plots.axes import (
+    draw_fit,
+    lineplot,
+    log2_axis,
+    loglog,
+    mark_train_length,
+    plain_log,
+)
 from rope_lab.plots.frames import (
     COL_AUTO,
     ROW_AUTO,
@@ -29,6 +36,7 @@ from rope_lab.plots.frames import (
 )
 from rope_lab.plots.labels import (
     SHORT,
+    ci_text,
     constant_note,
     facet_title,
     format_value,
@@ -37,9 +45,9 @@ from rope_lab.plots.labels import (
     subtitle,
 )
 from rope_lab.plots.layout import facets, finish, panel_grid
-from rope_lab.plots.scaling_laws import ci_text, has_ci
-from rope_lab.plots.style import figure_legend, hue_mapping, styled
+from rope_lab.plots.style import dashed_labels, figure_legend, hue_mapping, styled
 from rope_lab.query import QueryError
+from rope_lab.registry import PLOTS
 
 DRIFT_METRICS: Final = ("distance_from_init", "velocity", "relative_change")
 CROSS_METRICS: Final = ("k_cross_cos_mean", "cross_train_cos_ratio")
@@ -49,7 +57,7 @@ def draw_drift_end(
     ax: Axes, final: pl.DataFrame, *, x: str, by: str, n_boot: int = 300
 ) -> list[str]:
     """End-of-training drift vs ``x`` on log-log, one fitted power law per ``by`` level."""
-    order, palette = hue_mapping(final.get_column(by).to_list(), by)
+    order, palette = hue_mapping(final, by)
     notes = []
     for level in order:
         sub = finite_rows(final.filter(pl.col(by) == level), "value")
@@ -65,11 +73,7 @@ def draw_drift_end(
             if groups is not None and len(set(groups)) < 2:
                 groups = None
             fit = fit_power_law(xs[ok], ys[ok], n_boot=n_boot, groups=groups)
-            grid = np.geomspace(xs[ok].min(), xs[ok].max(), 50)
-            lo, hi = fit.band(grid)
-            ax.plot(grid, fit.predict(grid), color=color, linewidth=1.6)
-            if has_ci(fit):
-                ax.fill_between(grid, lo, hi, color=color, alpha=0.15, linewidth=0)
+            draw_fit(ax, fit, xs[ok], color, points=50)
             slope, ci = -fit.b, (-fit.b_ci[1], -fit.b_ci[0])
             label = f"{label}: slope {slope:+.2f}{ci_text(ci, fit.n, fit.n_groups, '+.2f')}"
             notes.append(f"{format_value(level)} {slope:+.2f}")
@@ -79,6 +83,7 @@ def draw_drift_end(
     return notes
 
 
+@PLOTS.register("ntk-drift")
 @styled
 def ntk_drift(
     source: Source,
@@ -90,10 +95,13 @@ def ntk_drift(
     x: str = "model.width",
     out: str | Path | None = None,
 ) -> Figure:
-    """NTK drift metrics vs training step (log x), one colour per ``hue`` (width) and one dash
+    """NTK drift vs step and its slope vs width.
+
+    NTK drift metrics vs training step (log x), one colour per ``hue`` (width) and one dash
     per PE kind, plus a panel of end-of-training drift (the first metric) vs ``x`` on log-log
     with the fitted slope per PE kind. Train-kernel rows (probe_length == L_train) of the
-    kernel as trained (``method``) and parameter ``group``; step 0 is left out (log axis)."""
+    kernel as trained (``method``) and parameter ``group``; step 0 is left out (log axis).
+    """
     frame = ntk_frame(source)
     q.check_columns(frame, [hue, x], "the plot")
     style = "model.position.kind" if "model.position.kind" in frame.columns else None
@@ -102,7 +110,7 @@ def ntk_drift(
         rows = q.ntk_final(frame, metric, group=group, method=method, step="all")
         per_metric.append((metric, rows.filter(pl.col("step") > 0)))
     all_rows = pl.concat([r for _, r in per_metric], how="vertical_relaxed")
-    order, palette = hue_mapping(all_rows.get_column(hue).to_list(), hue)
+    order, palette = hue_mapping(all_rows, hue)
     styles = sorted(all_rows.get_column(style).unique().drop_nulls().to_list()) if style else []
     if len(styles) < 2:
         style = None
@@ -187,6 +195,7 @@ def cross_rows(frame: pl.DataFrame, metric: str, group: str) -> pl.DataFrame:
     return rows.filter(pl.col("step") == pl.col("step").max().over("trial_id"))
 
 
+@PLOTS.register("ntk-cross")
 @styled
 def ntk_cross(
     source: Source,
@@ -197,17 +206,20 @@ def ntk_cross(
     group: str = "total",
     out: str | Path | None = None,
 ) -> Figure:
-    """Cross-kernel alignment vs probe length at the end of training: one column per metric
+    """Long-probe vs train kernel alignment vs probe length.
+
+    Cross-kernel alignment vs probe length at the end of training: one column per metric
     (default ``k_cross_cos_mean`` and ``cross_train_cos_ratio`` = k_cross_cos_mean /
     k_train_cos_mean, computed when not stored), one line per PE kind / RoPE scaling, rows
-    over widths when they vary."""
+    over widths when they vary.
+    """
     frame = ntk_frame(source)
     row = auto_facet(frame, row, COL_AUTO + ROW_AUTO)
     q.check_columns(frame, [hue, *([row] if row else [])], "the plot")
     parts = [cross_rows(frame, m, group) for m in metrics]
     rows = pl.concat(parts, how="vertical_relaxed")
     warn_if_mixed(rows, ["probe_length", "metric", hue, row])
-    order, palette = hue_mapping(rows.get_column(hue).to_list(), hue)
+    order, palette = hue_mapping(rows, hue)
     col_levels = list(dict.fromkeys(metrics))
     fig, items = facets(rows, "metric", row, sharey=False, col_levels=col_levels)
     for k, (ax, sub, _) in enumerate(items):
@@ -234,5 +246,5 @@ def ntk_cross(
         ),
         fontsize=11,
     )
-    figure_legend(fig, order, palette, name_of(hue))
+    figure_legend(fig, order, palette, name_of(hue), dashed=dashed_labels(rows, hue))
     return finish(fig, out)

@@ -7,35 +7,21 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-import numpy as np
 import polars as pl
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from rope_lab import query as q
 from rope_lab.fits import fit_power_law
-from rope_lab.plots.axes import loglog
+from rope_lab.plots.axes import draw_fit, loglog
 from rope_lab.plots.frames import Source, eval_frame, finite_rows, ntk_frame
-from rope_lab.plots.labels import constant_note, format_value, name_of, subtitle
+from rope_lab.plots.labels import ci_text, constant_note, format_value, name_of, subtitle
 from rope_lab.plots.layout import facets, finish
 from rope_lab.plots.style import hue_mapping, styled
 from rope_lab.query import QueryError
+from rope_lab.registry import PLOTS
 
 EVAL_METRICS: Final = ("loss", "perplexity", "accuracy", "exact_match", "error_rate")
-
-
-def ci_text(ci: tuple[float, float], n: int, n_groups: int, fmt: str = ".2f") -> str:
-    """`` [lo, hi]`` when a bootstrap interval means something, else why not."""
-    if n <= 2:
-        return f" (n={n}: exact, no CI)"
-    if n_groups < 3 or not ci[1] > ci[0]:
-        return f" (n={n}, no CI)"
-    return f" [{ci[0]:{fmt}}, {ci[1]:{fmt}}]"
-
-
-def has_ci(fit: Any) -> bool:
-    """Whether a bootstrap interval is worth drawing (>= 3 resampling units, > 2 points)."""
-    return bool(fit.n > 2 and fit.n_groups >= 3 and fit.b_ci[1] > fit.b_ci[0])
 
 
 def scaling_data(
@@ -49,9 +35,7 @@ def scaling_data(
     """
     if metric in EVAL_METRICS:
         frame = eval_frame(source)
-        trained = ~pl.col("label").str.contains("/", literal=True)
-        if "finetune_steps" in frame.columns:
-            trained = trained & (pl.col("finetune_steps").fill_null(0) == 0)
+        trained = pl.col("label_method").is_null() & (pl.col("label_finetune") == 0)
         rows = frame.filter(trained & (pl.col("length_ratio") == length_ratio))
         if rows.is_empty():
             have = sorted(frame.get_column("length_ratio").unique().drop_nulls().to_list())
@@ -103,11 +87,7 @@ def draw_scaling(
             label += " (no fit)"
             texts.append(f"{label}: {e}")
         else:
-            grid = np.geomspace(xs.min(), xs.max(), 60)
-            ax.plot(grid, fit.predict(grid), color=color, linewidth=1.6)
-            lo, hi = fit.band(grid)
-            if has_ci(fit):
-                ax.fill_between(grid, lo, hi, color=color, alpha=0.15, linewidth=0)
+            draw_fit(ax, fit, xs, color, points=60)
             off = f" + {fit.c:.2g}" if offset else ""
             label += f": b = {fit.b:.2f}{ci_text(fit.b_ci, fit.n, fit.n_groups)}{off}"
         ax.plot([], [], color=color, marker="o", linewidth=1.6, label=label)
@@ -116,6 +96,7 @@ def draw_scaling(
     return texts
 
 
+@PLOTS.register("scaling")
 @styled
 def scaling(
     source: Source,
@@ -130,16 +111,19 @@ def scaling(
     n_boot: int = 500,
     out: str | Path | None = None,
 ) -> Figure:
-    """``metric`` vs ``x`` (width or n_params) on log-log with a fitted power law per ``hue``
+    """Metric vs width, log-log, power-law fit.
+
+    ``metric`` vs ``x`` (width or n_params) on log-log with a fitted power law per ``hue``
     level and its bootstrap band (over seeds when there are several, else over points).
 
     Eval metrics (loss, perplexity, accuracy, exact_match, error_rate) are taken at
     ``length_ratio`` x L_train for the PE as trained; any other metric is an NTK metric at the
-    end of training (method ``method``)."""
+    end of training (method ``method``).
+    """
     rows, where = scaling_data(source, metric, length_ratio=length_ratio, method=method)
     rows = rows.rename({metric: "_y"})
     q.check_columns(rows, [x, *(c for c in (hue, col) if c)], "the plot")
-    order, palette = hue_mapping(rows.get_column(hue).to_list(), hue) if hue else ([], {})
+    order, palette = hue_mapping(rows, hue) if hue else ([], {})
     fig, items = facets(rows, col, None, sharey=False, extra=0.4)
     for ax, sub, title in items:
         draw_scaling(

@@ -1,89 +1,107 @@
 """Look of the figures: curve order and colours (one hue per PE kind / RoPE scaling method,
-light to dark shades for its factors), line dashes, seaborn style and the figure legend."""
+light to dark shades for its factors, all looked up by :func:`family_style`), line dashes,
+seaborn style and the figure legend."""
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any, Final, NamedTuple
 
+import polars as pl
 import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from rope_lab import query as q
+from rope_lab.plots.curves import Curve, curves
 from rope_lab.plots.labels import format_value
+from rope_lab.registry import POSITIONS, SCALINGS
 
-_FAMILIES: Final = (
-    "none",
-    "learned",
-    "sinusoidal",
-    "alibi",
-    "rope",
-    "rope/linear",
-    "rope/ntk",
-    "rope/dynamic",
-    "rope/yarn",
-    "rope/llama3",
-    "rope/longrope",
-)
 DASHES: Final[tuple[Any, ...]] = ("", (4, 1.5), (1, 1.2), (5, 1.5, 1, 1.5), (2, 2), (6, 2, 2, 2))
+SCALED_DASH: Final = (4, 1.6)
 
 
-def label_key(label: str) -> tuple[int, str, float, int, str]:
-    """Sort key of curve labels: PE kinds, then RoPE scalings by method, factor, fine-tuning."""
-    family = label.split(" ")[0]
-    factor = re.search(r" x([0-9.]+)", label)
-    ft = re.search(r"\+ft(\d+)", label)
-    rank = _FAMILIES.index(family) if family in _FAMILIES else len(_FAMILIES)
+class FamilyStyle(NamedTuple):
+    """Where a curve family stands in legends and the light / dark end of its hue (None: a
+    spare colour is picked)."""
+
+    rank: int
+    shades: tuple[str, str] | None
+
+
+def family_style(curve: Curve) -> FamilyStyle:
+    """Legend rank and hue of ``curve``'s family, from the registries: a PE kind as trained has
+    its encoding's ``order`` and ``color``; a RoPE scaling applied at evaluation ranks after every
+    kind, by its method's ``order``, in its method's light -> dark ``colors``. Unknown families
+    rank last and get a spare colour. The one place orders and colours come from."""
+    kinds, methods = POSITIONS.names(), SCALINGS.names()
+    last = FamilyStyle(len(kinds) + len(methods), None)
+    if curve.kind is None or curve.kind not in POSITIONS:
+        return last
+    encoding = POSITIONS[curve.kind]
+    if curve.method is None:
+        return FamilyStyle(kinds.index(curve.kind), (encoding.color, encoding.color))
+    if encoding.supports_scaling and curve.method in SCALINGS:
+        return FamilyStyle(len(kinds) + methods.index(curve.method), SCALINGS[curve.method].colors)
+    return last
+
+
+def sort_key(curve: Curve) -> tuple[int, str, float, int, str]:
+    """Legend order: PE kinds, then RoPE scalings by method, factor, fine-tuning steps."""
     return (
-        rank,
-        family,
-        float(factor.group(1)) if factor else 0.0,
-        int(ft.group(1)) if ft else 0,
-        label,
+        family_style(curve).rank,
+        curve.family,
+        curve.factor or 0.0,
+        curve.finetune,
+        curve.label,
     )
 
 
-# One colour per PE kind; light -> dark shades of one hue per RoPE scaling method.
-_BASE_COLORS: Final[Mapping[str, str]] = {
-    "none": "#7f7f7f",
-    "learned": "#ff7f0e",
-    "sinusoidal": "#bcbd22",
-    "alibi": "#2ca02c",
-    "rope": "#d62728",
-}
-_SCALED_COLORS: Final[Mapping[str, tuple[str, str]]] = {
-    "rope/linear": ("#9ecae1", "#08519c"),
-    "rope/ntk": ("#c6b3e6", "#54278f"),
-    "rope/dynamic": ("#dfc27d", "#8c510a"),
-    "rope/yarn": ("#f7a8cf", "#ae017e"),
-    "rope/llama3": ("#99e0e8", "#0e8b99"),
-    "rope/longrope": ("#d9d98c", "#6b6b00"),
-}
-_LABEL_HUES: Final = frozenset({"label", "model.position.kind", "kind"})
+def label_key(label: str) -> tuple[int, str, float, int, str]:
+    """:func:`sort_key` of a bare label string, for tables without the label columns
+    (``analysis/report.py``); figures read the columns."""
+    kind, _, method = label.split(" ")[0].partition("/")
+    factor = re.search(r" x([0-9.]+)", label)
+    ft = re.search(r"\+ft(\d+)", label)
+    return sort_key(
+        Curve(
+            label,
+            kind,
+            method or None,
+            float(factor.group(1)) if factor else None,
+            int(ft.group(1)) if ft else 0,
+        )
+    )
 
 
-def hue_mapping(values: Iterable[Any], hue: str | None) -> tuple[list[Any], dict[Any, Any]]:
-    """Order and colours of the hue levels: PE / scaling families, or a sequential palette."""
-    levels = [v for v in dict.fromkeys(values) if v is not None]
-    if hue in _LABEL_HUES and all(isinstance(v, str) for v in levels):
-        order = sorted(levels, key=lambda v: label_key(v))
-        families: dict[str, list[str]] = {}
-        for v in order:
-            families.setdefault(label_key(v)[1], []).append(v)
-        unknown = [f for f in families if f not in _BASE_COLORS and f not in _SCALED_COLORS]
-        spare = dict(zip(unknown, sns.color_palette("husl", len(unknown)), strict=True))
-        palette: dict[Any, Any] = {}
-        for family, members in families.items():
-            if family in _SCALED_COLORS:
-                light, dark = _SCALED_COLORS[family]
-            else:
-                light = dark = _BASE_COLORS.get(family) or spare[family]
-            n = len(members)
-            shades = [dark] if n == 1 else sns.blend_palette([light, dark], n)
-            palette.update(zip(members, shades, strict=True))
-        return order, palette
+def curve_mapping(keys: Iterable[Curve]) -> tuple[list[str], dict[str, Any]]:
+    """Legend order of the curves' labels and their colours: shades of the family's hue, light
+    to dark in legend order (the dark end for a family of one)."""
+    order = sorted(keys, key=sort_key)
+    families: dict[str, list[Curve]] = {}
+    for c in order:
+        families.setdefault(c.family, []).append(c)
+    styles = {f: family_style(members[0]) for f, members in families.items()}
+    unknown = [f for f, st in styles.items() if st.shades is None]
+    spare = dict(zip(unknown, sns.color_palette("husl", len(unknown)), strict=True))
+    palette: dict[str, Any] = {}
+    for family, members in families.items():
+        light, dark = styles[family].shades or (spare[family], spare[family])
+        n = len(members)
+        shades = [dark] if n == 1 else sns.blend_palette([light, dark], n)
+        palette.update(zip((c.label for c in members), shades, strict=True))
+    return [c.label for c in order], palette
+
+
+def hue_mapping(frame: pl.DataFrame, hue: str) -> tuple[list[Any], dict[Any, Any]]:
+    """Order and colours of the values of column ``hue`` of ``frame``: curves (``label``, from
+    the label columns) and PE kinds by family, numbers on a sequential palette, else tab10."""
+    levels = [v for v in dict.fromkeys(frame.get_column(hue).to_list()) if v is not None]
+    if hue in (q.KIND, "label") and all(isinstance(v, str) for v in levels):
+        known = curves(frame) if hue == "label" else {v: Curve(v, kind=v) for v in levels}
+        return curve_mapping(known[v] for v in levels)
     if levels and all(isinstance(v, int | float) for v in levels):
         order = sorted(levels)
         cmap = sns.color_palette("viridis", len(order) + 1)
@@ -92,9 +110,11 @@ def hue_mapping(values: Iterable[Any], hue: str | None) -> tuple[list[Any], dict
     return order, dict(zip(order, sns.color_palette("tab10", len(order)), strict=False))
 
 
-def is_scaled(label: Any) -> bool:
-    """Whether a curve label names a RoPE scaling (drawn dashed)."""
-    return isinstance(label, str) and "/" in label
+def dashed_labels(frame: pl.DataFrame, hue: str | None) -> frozenset[str]:
+    """The ``label`` values drawn dashed (RoPE scalings) when ``hue`` is the label, else none."""
+    if hue != "label":
+        return frozenset()
+    return frozenset(c.label for c in curves(frame).values() if c.scaled)
 
 
 def styled(func: Callable[..., Figure]) -> Callable[..., Figure]:
@@ -115,17 +135,18 @@ def figure_legend(
     title: str,
     *,
     styles: Sequence[Any] = (),
+    dashed: Collection[Any] = (),
     style_title: str = "",
 ) -> None:
-    """A legend right of the figure: one entry per ``order`` level in its colour, then one
-    dash per ``styles`` level under ``style_title``."""
+    """A legend right of the figure: one entry per ``order`` level in its colour (dashed for
+    those in ``dashed``), then one dash per ``styles`` level under ``style_title``."""
     handles: list[Any] = []
     for v in order:
         line = Line2D(
             [], [], color=palette[v], marker="o", markersize=5, linewidth=2, label=format_value(v)
         )
-        if is_scaled(v):
-            line.set_dashes((4, 1.6))
+        if v in dashed:
+            line.set_dashes(SCALED_DASH)
         handles.append(line)
     if styles:
         handles.append(Line2D([], [], linestyle="none", label=""))

@@ -9,6 +9,7 @@ from matplotlib.figure import Figure
 
 from rope_lab import plots
 from rope_lab import query as q
+from rope_lab.cli import main
 from tests.plots.synthetic import png_ok
 
 
@@ -29,3 +30,24 @@ def test_dispatcher_errors(store: Path) -> None:
         plots.plot("extrapolation", store, col="model.widht")
     with pytest.raises(q.QueryError, match="use one of the extensions"):
         plots.plot("extrapolation", store, out="x.jpeg")
+
+
+def test_a_registered_function_is_a_plot_kind(
+    store: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert plots.PLOTS.names() == plots.KINDS
+    monkeypatch.setattr(plots.PLOTS, "_entries", dict(plots.PLOTS._entries))
+
+    @plots.PLOTS.register("widths")
+    def widths(source: object, *, metric: str = "loss", out: Path | None = None) -> Figure:
+        """Widths of a sweep."""
+        fig = Figure()
+        fig.suptitle(f"{metric} of {source}")
+        return fig
+
+    assert plots.plot_options("widths") == ["metric"]
+    assert plots.plot("widths", [store], metric="accuracy").get_suptitle() == f"accuracy of {store}"
+    assert plots.kind_help("widths") == "Widths of a sweep"
+    with pytest.raises(SystemExit):
+        main(["plot", "--help"])
+    assert "widths (widths of a sweep)" in " ".join(capsys.readouterr().out.split())
