@@ -42,17 +42,31 @@ class Defect:
 DEFECTS = (
     Defect(
         "alibi-sign",
-        "rope_lab/positions.py",
+        "rope_lab/positions/alibi.py",
         "return -self.slopes.get()[:, None, None] * distance[None]",
         "return self.slopes.get()[:, None, None] * distance[None]",
         ("tests/test_position_laws.py",),
     ),
     Defect(
         "rope-factor-queries-only",
-        "rope_lab/positions.py",
+        "rope_lab/positions/rotary.py",
         "rope.apply_rotary(k, positions, inv_freq, factor),",
         "rope.apply_rotary(k, positions, inv_freq, 1.0),",
         ("tests/test_position_laws.py",),
+    ),
+    Defect(
+        "kerple-log-bias-sign",
+        "rope_lab/positions/kerple.py",
+        "return -r1 * jnp.log1p(r2 * distance[None])",
+        "return r1 * jnp.log1p(r2 * distance[None])",
+        ("tests/positions/test_kerple.py",),
+    ),
+    Defect(
+        "proportional-not-divided-by-factor",
+        "rope_lab/scalings/proportional.py",
+        "return _output(inv / float(factor))",
+        "return _output(inv)",
+        ("tests/test_rope.py", "tests/scalings/test_proportional.py"),
     ),
     Defect(
         "finetuned-rows-evaluate-untuned-model",
@@ -108,15 +122,15 @@ DEFECTS = (
         "rope_lab/evaluate.py",
         'operands = task.operands("eval")',
         "operands = task.operands()",
-        ("tests/test_tasks.py",),
+        ("tests/tasks/test_text_lm.py",),
     ),
     Defect(
         "text-corpus-cached-under-trace",
-        "rope_lab/tasks.py",
+        "rope_lab/tasks/text_lm.py",
         "            with jax.ensure_compile_time_eval():\n"
         "                _TEXT_DEVICE[key] = jax.device_put(self.data[start:stop])",
         "            _TEXT_DEVICE[key] = jnp.asarray(self.data[start:stop])",
-        ("tests/test_tasks.py::test_operands_made_inside_a_trace_are_concrete",),
+        ("tests/tasks/test_text_lm.py::test_operands_made_inside_a_trace_are_concrete",),
     ),
 )
 

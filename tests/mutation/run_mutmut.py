@@ -30,13 +30,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from known_defects import scratch_copy
 
+_POSITION_TESTS = ("tests/test_positions.py", "tests/test_position_laws.py")
+_SCALING_TESTS = ("tests/test_rope.py", "tests/scalings", "tests/test_position_laws.py")
+_RESULTS_TESTS = ("tests/test_results.py", "tests/test_atomic.py")
 MODULES = {
     "rope_lab/atomic.py": ("tests/test_atomic.py", "tests/test_results.py"),
-    "rope_lab/results.py": ("tests/test_results.py",),
+    **{f"rope_lab/results/{m}.py": _RESULTS_TESTS for m in ("columns", "store", "lease", "scan")},
     "rope_lab/ntk_metrics.py": ("tests/test_ntk_metrics.py", "tests/test_ntk_columns.py"),
-    "rope_lab/rope.py": ("tests/test_rope.py", "tests/test_position_laws.py"),
-    "rope_lab/positions.py": ("tests/test_positions.py", "tests/test_position_laws.py"),
+    "rope_lab/rope.py": _SCALING_TESTS,
+    **{f"rope_lab/scalings/{m}.py": _SCALING_TESTS for m in ("base", "yarn", "llama3", "longrope")},
+    **{f"rope_lab/positions/{m}.py": _POSITION_TESTS for m in ("alibi", "rotary", "learned")},
+    "rope_lab/positions/kerple.py": ("tests/positions/test_kerple.py",),
     "rope_lab/train.py": ("tests/test_train.py",),
+    "rope_lab/objective.py": ("tests/test_objective.py", "tests/test_train.py"),
     "rope_lab/evaluate.py": ("tests/test_evaluate.py",),
     "rope_lab/ntk.py": ("tests/test_ntk.py", "tests/test_ntk_columns.py"),
     "rope_lab/ntk_tracking.py": ("tests/test_ntk_tracking.py", "tests/test_ntk_columns.py"),
