@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from rope_lab.config import (
     validate,
     variant_tag,
 )
+from rope_lab.sweep.plain import canon, format_value, lookup, nest, set_dotted, unique
 
 NAME_PATTERN = re.compile(r"[a-z0-9_-]+")
 SCALING_KEYS = ("eval.methods", "eval.factors", "eval.finetune_steps")
@@ -150,7 +150,7 @@ def parse_spec(data: Mapping, *, source: Path | None = None) -> SweepSpec:
     varying = {}
     plain = [to_dict(t) for t in trials]
     for key in (k for ax in axes for k in ax.keys):
-        values = _unique(_lookup(d, key) for d in plain)
+        values = unique(lookup(d, key) for d in plain)
         if len(values) > 1:
             varying[key] = values
     return SweepSpec(
@@ -167,7 +167,7 @@ def parse_spec(data: Mapping, *, source: Path | None = None) -> SweepSpec:
 def axis_assignments(trial: TrialConfig, spec: SweepSpec) -> dict[str, Any]:
     """Values of the spec's varying axes for one trial, as plain data."""
     data = to_dict(trial)
-    return {key: _lookup(data, key) for key in spec.axes}
+    return {key: lookup(data, key) for key in spec.axes}
 
 
 # ------------------------------------------------------------------------------ parsing
@@ -206,11 +206,11 @@ def _check_key(key: Any, section: str) -> str:
 
 def _coerce(key: str, value: Any, section: str) -> Any:
     """`value` coerced and type-checked like the TrialConfig field `key`, as plain data."""
-    data = _nest(key, value)
+    data = nest(key, value)
     if (tag := variant_tag(key)) is not None:  # e.g. model.position.kind for a RoPE field
-        _set(data, *tag)
+        set_dotted(data, *tag)
     cfg = from_dict(TrialConfig, data, section)
-    return _lookup(to_dict(cfg), key)
+    return lookup(to_dict(cfg), key)
 
 
 def _values(key: str, values: Any, section: str) -> tuple[list, list]:
@@ -309,7 +309,7 @@ def _parse_excludes(
         if not isinstance(rule, Mapping) or not rule:
             errors.append(f"{label}: expected a non-empty mapping of axis key -> value")
             continue
-        canon = {}
+        canonical: dict[str, str] = {}
         for key, value in rule.items():
             key = str(key)
             if key in broken or (not axis_values and broken):
@@ -325,14 +325,14 @@ def _parse_excludes(
             except ConfigError as err:
                 errors.append(str(err))
                 continue
-            if _canon(plain) not in {_canon(v) for v in axis_values[key]}:
-                listed = ", ".join(format_value(v) for v in _unique(axis_values[key]))
+            if canon(plain) not in {canon(v) for v in axis_values[key]}:
+                listed = ", ".join(format_value(v) for v in unique(axis_values[key]))
                 errors.append(
                     f"{label}.{key}: {format_value(plain)} never occurs in the axis "
                     f"(values: {listed}), so the rule can never match"
                 )
-            canon[key] = _canon(plain)
-        parsed.append(canon)
+            canonical[key] = canon(plain)
+        parsed.append(canonical)
     return parsed
 
 
@@ -353,14 +353,14 @@ def _expand(
         for ax, i in zip(axes, point, strict=True):
             raw.update(zip(ax.keys, ax.raw[i], strict=True))
             plain.update(zip(ax.keys, ax.plain[i], strict=True))
-        hit = [all(_canon(plain[k]) == v for k, v in rule.items()) for rule in rules]
+        hit = [all(canon(plain[k]) == v for k, v in rule.items()) for rule in rules]
         for j, h in enumerate(hit):
             matches[j] += h
         if any(hit):
             continue
         data = copy.deepcopy(base)
         for key, value in raw.items():
-            _set(data, key, value)
+            set_dotted(data, key, value)
         try:
             cfg = replace(from_dict(TrialConfig, data), name=top.name)
             cfg = validate(_apply_scaling(cfg, top.scaling))
@@ -387,54 +387,6 @@ def _apply_scaling(cfg: TrialConfig, scaling: ScalingSpec | None) -> TrialConfig
         return replace(cfg, **{"eval.methods": (), "eval.factors": (), "eval.finetune_steps": 0})
     changes = {f"eval.{f.name}": getattr(scaling, f.name) for f in dataclasses.fields(scaling)}
     return replace(cfg, **{k: v for k, v in changes.items() if v is not None})
-
-
-def _nest(key: str, value: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    _set(out, key, value)
-    return out
-
-
-def _set(data: dict, key: str, value: Any) -> None:
-    """Set a dotted key in nested dicts, copying intermediate mappings."""
-    *parents, last = key.split(".")
-    node = data
-    for part in parents:
-        child = node.get(part)
-        node[part] = dict(child) if isinstance(child, Mapping) else {}
-        node = node[part]
-    node[last] = value
-
-
-def _lookup(data: Mapping, key: str) -> Any:
-    node: Any = data
-    for part in key.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
-def _canon(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
-
-
-def _unique(values: Any) -> tuple:
-    seen: dict[str, Any] = {}
-    for v in values:
-        seen.setdefault(_canon(v), v)
-    return tuple(seen.values())
-
-
-def format_value(value: Any) -> str:
-    """Compact YAML-like text of a plain value: {a: 1, b: [2, 3]}."""
-    if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{k}: {format_value(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(format_value(v) for v in value) + "]"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
 
 
 __all__ = [

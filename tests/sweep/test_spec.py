@@ -124,6 +124,32 @@ def test_a_key_inside_params_keeps_the_other_params():
     ]
 
 
+def test_a_variant_field_axis_applies_to_its_kind_only():
+    """Varying kind x a RoPE field gives each non-RoPE trial once; a field of another
+    registered kind is coerced with that kind and reaches only its trials."""
+    grid = {
+        "model.position.kind": ["rope", "alibi", "kerple_log"],
+        "model.position.rope.theta": [100, 10000],
+        "model.position.kerple_log.r1_init": [0.5, 2.0],
+    }
+    spec = parse_spec(spec_dict(grid=grid))
+    kinds = [t.model.position.kind for t in spec.trials]
+    assert kinds.count("rope") == 2 and kinds.count("alibi") == 1 and kinds.count("kerple_log") == 2
+    assert {
+        t.model.position.rope.theta for t in spec.trials if t.model.position.kind == "rope"
+    } == {
+        100.0,
+        10000.0,
+    }
+    kerple = [
+        t.model.position.kerple_log for t in spec.trials if t.model.position.kind == "kerple_log"
+    ]
+    assert {k.r1_init for k in kerple} == {0.5, 2.0}
+    assert spec.axes["model.position.kerple_log.r1_init"] == (None, 0.5, 2.0)  # None: not KERPLE
+    with pytest.raises(ConfigError, match=r"model.position.kerple_log.r9: unknown key 'r9'"):
+        parse_spec(spec_dict(grid={"model.position.kerple_log.r9": [1.0]}))
+
+
 def test_axis_assignments():
     grid = {"model.position.kind": ["rope", "alibi"], "model.width": [32, 64], "train.seed": [7]}
     spec = parse_spec(spec_dict(grid=grid))
@@ -270,6 +296,7 @@ def test_cost_counts_scalings_and_finetuning_for_rope_only():
     "changes",
     [
         {"model.position": {"kind": "learned"}},
+        {"model.position": {"kind": "kerple_log"}},
         {"model.norm": "rmsnorm", "model.mlp": "swiglu", "model.mlp_ratio": 2.5},
     ],
 )
