@@ -14,45 +14,36 @@ position Theta_ij(x, x') = <grad f_i(x), grad f_j(x')>, shape (N1, N2, L1, L2), 
 (i, j) is the sequence kernel. The model has no stochastic layers, so its forward pass is the
 deterministic one; everything runs under `jax.default_matmul_precision("highest")`.
 
-Method. For a chunk of B sequences, each with R position masks m_r (L,) (sequence kernel: R = 1,
-all ones; position kernel: one-hot rows; tail kernel: R = 2, tail and head), one forward pass per
-sequence and `jax.jacrev` of the (R, C) outputs y_rc = sum_i m_ri f_{i,c} (C = V for "trace",
-else 1) give the gradient features, R * C backward passes sharing one forward, vmapped over the
-chunk and flattened per leaf to (B R, C p_leaf). A kernel block is then sum over leaves of
-G_a G_b^T (a float32 matmul at HIGHEST precision); per-group kernels are the same sums split by
-parameter group. Memory: two chunks of features, chunk x R x C x P floats each. With chunks the
-features of the second argument are recomputed for every chunk of the first (n1 + n1 n2 chunk
-evaluations; a symmetric call Theta(D, D) computes only the upper blocks); `chunk_size=None`
-computes each side once, all at once. "trace" costs V backward passes per sequence.
+Method (one engine for every kernel). Each sequence has R position masks m_r (L,) (sequence
+kernel: R = 1, all ones; position kernel: one-hot rows; tail kernel: R = 2, all and tail). One
+forward pass per sequence and `jax.jacrev` of the (R, C) outputs y_rc = sum_i m_ri f_{i,c}
+(C = V for "trace", else 1) give its gradient features, R * C backward passes sharing one
+forward, vmapped over a chunk of sequences (the last chunk padded, so every chunk runs one
+compiled program) and flattened per leaf to (R, C p_leaf): `gradient_features`. The features
+are kept on the host, N R C P float32 per side; a kernel is the sum over leaves of G_a G_b^T
+(float32 BLAS matmuls summed in float64), split by parameter group: `feature_kernels`. Equal
+arguments compute their features once and give an exactly symmetric kernel. A position kernel
+with `chunk_size` < L runs each sequence once per block of `chunk_size` one-hot masks.
+`chunk_size` bounds the device memory of one gradient pass; the host keeps every feature.
 
-Measured on this project's shared 2-core CPU (rope, width 64, depth 2, V = 24, L = 16,
-N1 = N2 = 32, P = 102k; compiled; median (min) of 7 runs; the load from other jobs varied):
-
-| sequence kernel, output u                           | ms          |
-| this method, unchunked                              | 69 (55)     |
-| this method, chunk_size 8 / 4 (side 2 recomputed)   | 120 / 275   |
-| symmetric Theta(D, D), chunk_size 8                 | 70 (63)     |
-| one flattened Jacobian (ravel_pytree), J1 J2^T      | 68 (65)     |
-| NTK-vector products (vjp, then jvp per column)      | 785 (686)   |
-| output "trace": jacrev, 1 forward + V backward      | 1005 (823)  |
-| "trace": vmap over c of grad (V fwd + V bwd)        | 1238 (1174) |
-| "trace": flattened Jacobian                         | 1389 (1037) |
-| position kernel 4x16 by 4x16, u: shared forward     | 92 (71)     |
-| the same with one forward per (sequence, position)  | 99 (91)     |
-
-At width 32, N = 16 the order is the same (NTK-vector products 6x slower). Leaf-wise
-contraction ties the flattened Jacobian and never concatenates P-long rows. Caution: on this
-jax/XLA CPU build, `jit(vmap(vjp))` of an already batched function is miscompiled for large
-intermediates (per-cotangent gradients off by ~30%); vmapping the NTK-vector products over
-columns hits it, so they were timed with `lax.map`. This module vmaps single-example `jacrev`s;
-the slow test `test_matches_vmap_free_gradients` checks it against gradients taken without vmap.
+Measured on this project's shared 2-core CPU (rope, width 64, depth 2, V = 24, N = 16, L = 64,
+output u, compiled, min of 11): Theta(D1, D2) 59 ms, Theta(D, D) with chunk_size 8 25 ms;
+position kernel of 4 x 64 by 4 x 64 positions, chunk_size 16: 0.8 s. The host matmuls are
+multithreaded OpenBLAS: on an oversubscribed machine one contraction occasionally stalls
+(0.1-1.8 s seen at load 8 on 2 cores; at most 34 ms with OPENBLAS_NUM_THREADS=1).
+Leaf-wise contraction ties one flattened Jacobian J1 J2^T and never concatenates P-long rows;
+NTK-vector products (vjp, then jvp per column) were ~10x slower. Caution: on this jax/XLA CPU
+build, `jit(vmap(vjp))` of an already batched function is miscompiled for large intermediates
+(per-cotangent gradients off by ~30%). This module vmaps single-example `jacrev`s; the slow test
+`test_matches_vmap_free_gradients` checks it against gradients taken without vmap.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -61,6 +52,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from rope_lab.model import trainable
+from rope_lab.ntk_metrics import cosine
 
 GROUPS = ("embedding", "attention_qk", "attention_vo", "mlp", "norms", "head")
 TRACES = {"features": 0}  # trace counter of the jitted feature function (retracing guard)
@@ -116,12 +108,9 @@ def _outputs(
 
 
 @eqx.filter_jit
-def _features(params, static, tokens, positions, masks, kind: str, u, with_norms: bool):
-    """Gradient features of a chunk and, if asked, their squared row norms.
-
-    tokens/positions (B, L), masks (B, R, L) -> ([(B R, C p_leaf) per leaf], (B R,) or None).
-    The norms are one more pass over all features, so only callers that use them ask.
-    """
+def _features(params, static, tokens, positions, masks, kind: str, u) -> list[Array]:
+    """Gradient features of a chunk: tokens/positions (B, L), masks (B, R, L) -> one
+    (B R, C p_leaf) array per leaf."""
     TRACES["features"] += 1
     batch, rows = masks.shape[:2]
 
@@ -132,143 +121,7 @@ def _features(params, static, tokens, positions, masks, kind: str, u, with_norms
         jac = jax.jacrev(out)(params)  # leaves (R, C, *shape): one forward, R C backward passes
         return [leaf.reshape(rows, -1) for leaf in jax.tree.leaves(jac)]
 
-    feats = [f.reshape(batch * rows, -1) for f in jax.vmap(one)(tokens, positions, masks)]
-    return feats, sum(jnp.sum(f * f, axis=1) for f in feats) if with_norms else None
-
-
-@eqx.filter_jit
-def _contract(feats1, feats2, groups: tuple[str, ...]) -> dict[str, Array]:
-    """Per-group sums of G_a G_b^T over leaves: (rows1, rows2) each."""
-    out: dict[str, Array] = {}
-    for group, a, b in zip(groups, feats1, feats2, strict=True):
-        block = jnp.matmul(a, b.T, precision=jax.lax.Precision.HIGHEST)
-        out[group] = out[group] + block if group in out else block
-    return out
-
-
-@dataclass
-class _Side:
-    """One kernel argument: sequences (N, L), per-sequence row masks (R0, L), and chunks."""
-
-    tokens: np.ndarray
-    positions: np.ndarray
-    chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]]  # seq (B,), masks (B,R,L), rows
-    n_rows: int
-
-
-def _as_positions(tokens: np.ndarray, positions) -> np.ndarray:
-    n, length = tokens.shape
-    if positions is None:
-        return np.broadcast_to(np.arange(length, dtype=np.int32), (n, length)).copy()
-    pos = np.asarray(positions).astype(np.int32)
-    if pos.shape == (length,):
-        return np.broadcast_to(pos[None, :], (n, length)).copy()
-    if pos.shape != (n, length):
-        raise ValueError(f"positions: expected ({length},) or ({n}, {length}), got {pos.shape}")
-    return pos
-
-
-def _side(tokens, positions, masks: np.ndarray, chunk_size: int | None, per_row: bool) -> _Side:
-    """Plan the chunks; `per_row`: chunk_size counts (sequence, mask) rows, else sequences."""
-    tok = np.asarray(tokens).astype(np.int32)
-    if tok.ndim != 2:
-        raise ValueError(f"tokens: expected shape (N, L), got {tok.shape}")
-    pos = _as_positions(tok, positions)
-    n, r0 = tok.shape[0], masks.shape[0]
-    if chunk_size is not None and chunk_size < 1:
-        raise ValueError(f"chunk_size: must be positive, got {chunk_size}")
-    dest = np.arange(n * r0).reshape(n, r0)
-    chunks = []
-    if per_row and chunk_size is not None and chunk_size < r0:  # one sequence, slices of rows
-        padded = -(-r0 // chunk_size) * chunk_size
-        m = np.zeros((padded, masks.shape[1]), masks.dtype)
-        m[:r0] = masks
-        rows = np.full((n, padded), -1)
-        rows[:, :r0] = dest
-        for s in range(n):
-            for start in range(0, padded, chunk_size):
-                sl = slice(start, start + chunk_size)
-                chunks.append((np.array([s]), m[None, sl], rows[s, sl]))
-    else:
-        b = n if chunk_size is None else chunk_size // r0 if per_row else chunk_size
-        b = max(1, min(b, n))
-        for start in range(0, n, b):
-            seq = np.arange(start, start + b)
-            valid = seq < n
-            seq = np.where(valid, seq, 0)  # pad the last chunk: same shapes, no retrace
-            rows = np.where(valid[:, None], dest[seq], -1).reshape(-1)
-            chunks.append((seq, np.broadcast_to(masks, (b, *masks.shape)), rows))
-    return _Side(tok, pos, chunks, n * r0)
-
-
-def _chunk_features(params, static, side: _Side, chunk, kind: str, u, with_norms: bool):
-    seq, masks, _ = chunk
-    return _features(
-        params,
-        static,
-        jnp.asarray(side.tokens[seq]),
-        jnp.asarray(side.positions[seq]),
-        jnp.asarray(masks, jnp.float32),
-        kind,
-        u,
-        with_norms,
-    )
-
-
-def _same(a: _Side, b: _Side) -> bool:
-    return (
-        a.tokens.shape == b.tokens.shape
-        and np.array_equal(a.tokens, b.tokens)
-        and np.array_equal(a.positions, b.positions)
-        and len(a.chunks) == len(b.chunks)
-        and all(np.array_equal(x[1], y[1]) for x, y in zip(a.chunks, b.chunks, strict=True))
-    )
-
-
-def _kernel(
-    model, side1: _Side, side2: _Side, output, with_norms: bool = False
-) -> tuple[dict[str, np.ndarray], np.ndarray | None, np.ndarray | None]:
-    """Per-group kernels (rows1, rows2) and, if asked, squared feature norms of both sides'
-    rows (else None)."""
-    kind, u = _output_spec(model, output)
-    params, static = eqx.partition(model, trainable(model))
-    groups = _leaf_groups(params)
-    symmetric = _same(side1, side2)
-    feats = lambda side, chunk: _chunk_features(params, static, side, chunk, kind, u, with_norms)
-    blocks, norms1, norms2 = [], [], []
-    cached2 = feats(side2, side2.chunks[0]) if len(side2.chunks) == 1 and not symmetric else None
-    for i, c1 in enumerate(side1.chunks):
-        f1, sq1 = feats(side1, c1)
-        norms1.append((c1[2], sq1))
-        for j, c2 in enumerate(side2.chunks):
-            if symmetric and j < i:
-                continue
-            if symmetric and i == j:
-                f2, sq2 = f1, sq1
-            else:
-                f2, sq2 = cached2 if cached2 is not None else feats(side2, c2)
-            if i == 0 and not symmetric:
-                norms2.append((c2[2], sq2))
-            blocks.append((c1[2], c2[2], symmetric and i == j, _contract(f1, f2, groups)))
-    blocks, norms1, norms2 = jax.device_get((blocks, norms1, norms2))
-    out = {g: np.zeros((side1.n_rows, side2.n_rows), np.float32) for g in GROUPS}
-    for rows1, rows2, diagonal, block in blocks:
-        v1, v2 = rows1 >= 0, rows2 >= 0
-        for g, value in block.items():
-            value = (value + value.T) / 2 if diagonal else value  # exactly symmetric K(D, D)
-            out[g][np.ix_(rows1[v1], rows2[v2])] = value[np.ix_(v1, v2)]
-            if symmetric:
-                out[g][np.ix_(rows2[v2], rows1[v1])] = value[np.ix_(v1, v2)].T
-    if not with_norms:
-        return out, None, None
-    return out, _scatter(norms1, side1.n_rows), _scatter(norms2 or norms1, side2.n_rows)
-
-
-def _scatter(parts: Sequence[tuple[np.ndarray, np.ndarray]], n: int) -> np.ndarray:
-    out = np.zeros(n, np.float32)
-    for rows, values in parts:
-        out[rows[rows >= 0]] = values[rows >= 0]
-    return out
+    return [f.reshape(batch * rows, -1) for f in jax.vmap(one)(tokens, positions, masks)]
 
 
 @dataclass(frozen=True)
@@ -302,30 +155,61 @@ class GradientFeatures:
         total = sum(np.einsum("ij,ij->i", leaf, leaf) for leaf in self.leaves)
         return np.asarray(total).reshape(self.n, self.rows)
 
+    def unblock(self, n: int, rows: int) -> GradientFeatures:
+        """Features of `row_blocks` copies (n B sequences x b rows) as n sequences x `rows` rows
+        (the zero padding rows of the last block dropped)."""
+        kept = (leaf.reshape(n, -1, leaf.shape[1])[:, :rows] for leaf in self.leaves)
+        return GradientFeatures(tuple(x.reshape(n * rows, -1) for x in kept), self.groups, n, rows)
 
-def gradient_features(
-    model,
-    tokens,
-    *,
-    masks=None,
-    output="trace",
-    positions=None,
-    chunk_size: int | None = None,
-) -> GradientFeatures:
-    """Per-example gradients of F_r(x) = sum_i m_ri f_i(x) for tokens (N, L).
 
-    `masks` (R, L) shared by every sequence or (N, R, L) per sequence (default: one all-ones
-    mask, the sequence kernel's F). One forward and R C backward passes per sequence, in chunks
-    of `chunk_size` sequences (the last chunk is padded, so every chunk runs one compiled
-    program). Memory: N R C P floats are kept; use `sequence_kernel` with chunks when that is
-    too much.
-    """
+def row_blocks(
+    tokens, masks: np.ndarray, rows: int, positions=None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Each sequence copied once per block of `rows` of its R masks, so that one gradient pass
+    sees `rows` masks: tokens (N, L), masks (R, L) -> tokens (N B, L), masks (N B, rows, L),
+    positions (N B, L) (None stays None), with B = ceil(R / rows). `unblock(N, R)` undoes it."""
+    tok = np.asarray(tokens)
+    n, r = tok.shape[0], masks.shape[0]
+    blocks = -(-r // rows)
+    padded = np.zeros((blocks * rows, masks.shape[1]), np.float32)
+    padded[:r] = masks
+    pos = None if positions is None else np.repeat(_as_positions(tok, positions), blocks, 0)
+    return np.repeat(tok, blocks, 0), np.tile(padded.reshape(blocks, rows, -1), (n, 1, 1)), pos
+
+
+def _as_tokens(tokens) -> np.ndarray:
     tok = np.asarray(tokens).astype(np.int32)
     if tok.ndim != 2:
         raise ValueError(f"tokens: expected shape (N, L), got {tok.shape}")
+    return tok
+
+
+def _as_positions(tokens: np.ndarray, positions) -> np.ndarray:
+    n, length = tokens.shape
+    if positions is None:
+        return np.broadcast_to(np.arange(length, dtype=np.int32), (n, length)).copy()
+    pos = np.asarray(positions).astype(np.int32)
+    if pos.shape == (length,):
+        return np.broadcast_to(pos[None, :], (n, length)).copy()
+    if pos.shape != (n, length):
+        raise ValueError(f"positions: expected ({length},) or ({n}, {length}), got {pos.shape}")
+    return pos
+
+
+def gradient_features(
+    model, tokens, *, masks=None, output="trace", positions=None, chunk_size: int | None = None
+) -> GradientFeatures:
+    """Per-example gradients of F_r(x) = sum_i m_ri f_i(x) for tokens (N, L): (N R, C p) rows.
+
+    `masks` (R, L) shared by every sequence or (N, R, L) per sequence (default: one all-ones
+    mask, the sequence kernel's F); positions (L,) or (N, L) (default 0..L-1). One forward and
+    R C backward passes per sequence, in chunks of `chunk_size` sequences (the last chunk is
+    padded, so every chunk runs one compiled program). Memory: N R C P floats are kept.
+    """
+    tok = _as_tokens(tokens)
     n, length = tok.shape
     pos = _as_positions(tok, positions)
-    m = _sequence_masks(length) if masks is None else np.asarray(masks, np.float32)
+    m = np.ones((1, length), np.float32) if masks is None else np.asarray(masks, np.float32)
     if m.ndim == 2:
         m = np.broadcast_to(m, (n, *m.shape))
     if m.ndim != 3 or m.shape[0] != n or m.shape[2] != length:
@@ -339,16 +223,8 @@ def gradient_features(
     with jax.default_matmul_precision("highest"):
         for start in range(0, n, b):
             seq = np.minimum(np.arange(start, start + b), n - 1)  # pad: same shape, no retrace
-            feats, _ = _features(
-                params,
-                static,
-                jnp.asarray(tok[seq]),
-                jnp.asarray(pos[seq]),
-                jnp.asarray(m[seq]),
-                kind,
-                u,
-                False,
-            )
+            args = (jnp.asarray(tok[seq]), jnp.asarray(pos[seq]), jnp.asarray(m[seq]))
+            feats = _features(params, static, *args, kind, u)
             keep = min(b, n - start) * m.shape[1]
             parts.append([np.asarray(f)[:keep] for f in feats])
     leaves = tuple(np.concatenate(column) for column in zip(*parts, strict=True))
@@ -356,30 +232,36 @@ def gradient_features(
 
 
 def feature_kernels(a: GradientFeatures, b: GradientFeatures) -> dict[str, np.ndarray]:
-    """Per-group kernels (N1 R1, N2 R2) between two feature sets; the groups sum to the total."""
+    """Per-group kernels (N1 R1, N2 R2) float32 between two feature sets, keyed by GROUPS; the
+    groups sum to the total. `feature_kernels(a, a)` is exactly symmetric."""
     out = {g: np.zeros((a.n * a.rows, b.n * b.rows), np.float64) for g in GROUPS}
     for group, x, y in zip(a.groups, a.leaves, b.leaves, strict=True):
         out[group] += x @ y.T
-    return {g: k.astype(np.float32) for g, k in out.items()}
+    kernels = {g: k.astype(np.float32) for g, k in out.items()}
+    return {g: (k + k.T) / 2 for g, k in kernels.items()} if b is a else kernels
 
 
 def total_kernel(groups: dict[str, np.ndarray]) -> np.ndarray:
-    """Sum of per-group kernels."""
+    """Sum of per-group kernels (any common shape)."""
     total = groups[GROUPS[0]]
     for g in GROUPS[1:]:
         total = total + groups[g]
     return total
 
 
-def _sequence_masks(length: int) -> np.ndarray:
-    return np.ones((1, length), np.float32)
+def _pair(tokens1, tokens2, positions1, positions2, features):
+    """`features(tokens, positions=...)` of both arguments, computed once when they are equal
+    (the kernel is then exactly symmetric)."""
+    tok1, tok2 = _as_tokens(tokens1), _as_tokens(tokens2)
+    pos1, pos2 = _as_positions(tok1, positions1), _as_positions(tok2, positions2)
+    f1 = features(tok1, positions=pos1)
+    same = tok1.shape == tok2.shape and np.array_equal(tok1, tok2) and np.array_equal(pos1, pos2)
+    return f1, f1 if same else features(tok2, positions=pos2)
 
 
 def _sequence_groups(model, tokens1, tokens2, output, positions1, positions2, chunk_size):
-    with jax.default_matmul_precision("highest"):
-        side1 = _side(tokens1, positions1, _sequence_masks(np.shape(tokens1)[1]), chunk_size, False)
-        side2 = _side(tokens2, positions2, _sequence_masks(np.shape(tokens2)[1]), chunk_size, False)
-        return _kernel(model, side1, side2, output)[0]
+    features = functools.partial(gradient_features, model, output=output, chunk_size=chunk_size)
+    return feature_kernels(*_pair(tokens1, tokens2, positions1, positions2, features))
 
 
 def sequence_kernel_groups(
@@ -392,58 +274,95 @@ def sequence_kernel_groups(
     positions2=None,
     chunk_size: int | None = None,
 ) -> dict[str, jax.Array]:
-    """Sequence kernel (N1, N2) split by parameter group (GROUPS); the groups sum to the total.
+    """Sequence kernel (N1, N2) of tokens1 (N1, L1), tokens2 (N2, L2) split by parameter group
+    (GROUPS); the groups sum to the total.
 
     Groups: embedding (token embedding and any learned position table), attention_qk,
-    attention_vo, mlp, norms, head. `chunk_size` counts sequences per chunk.
+    attention_vo, mlp, norms, head. `chunk_size` counts sequences per gradient pass.
     """
     groups = _sequence_groups(model, tokens1, tokens2, output, positions1, positions2, chunk_size)
     return {g: jnp.asarray(k) for g, k in groups.items()}
 
 
 def sequence_kernel(
-    model,
-    tokens1,
-    tokens2,
-    *,
-    output="trace",
-    positions1=None,
-    positions2=None,
-    chunk_size=None,
+    model, tokens1, tokens2, *, output="trace", positions1=None, positions2=None, chunk_size=None
 ) -> jax.Array:
     """Theta(x, x') = <grad F(x), grad F(x')> for tokens1 (N1, L1), tokens2 (N2, L2) -> (N1, N2).
 
-    `chunk_size` counts sequences per chunk (None: each side in one chunk). A call with equal
-    arguments (Theta(D, D)) computes only the upper blocks and is exactly symmetric.
+    `chunk_size` counts sequences per gradient pass (None: each side in one pass). A call with
+    equal arguments (Theta(D, D)) computes the features once and is exactly symmetric.
     Example: `K_train = sequence_kernel(model, short, short, output=u, chunk_size=16)`.
     """
     groups = _sequence_groups(model, tokens1, tokens2, output, positions1, positions2, chunk_size)
     return jnp.asarray(total_kernel(groups))
 
 
-def position_kernel(
-    model,
-    tokens1,
-    tokens2,
-    *,
-    output="trace",
-    positions1=None,
-    positions2=None,
-    chunk_size=None,
-) -> jax.Array:
-    """Theta_ij(x, x') = <grad f_i(x), grad f_j(x')> -> (N1, N2, L1, L2).
+def _position_features(model, tokens, *, positions, output, chunk_size) -> GradientFeatures:
+    """Features of every position's output f_i: tokens (N, L) -> N x L rows; `chunk_size`
+    counts (sequence, position) rows per gradient pass."""
+    n, length = tokens.shape
+    eye = np.eye(length, dtype=np.float32)
+    if chunk_size is None or chunk_size >= length:
+        per_pass = None if chunk_size is None else chunk_size // length
+        return gradient_features(
+            model, tokens, masks=eye, output=output, positions=positions, chunk_size=per_pass
+        )
+    copies, masks, pos = row_blocks(tokens, eye, chunk_size, positions)
+    feats = gradient_features(
+        model, copies, masks=masks, output=output, positions=pos, chunk_size=1
+    )
+    return feats.unblock(n, length)
 
-    `chunk_size` counts (sequence, position) rows per chunk; rows of one sequence in a chunk
-    share its forward pass. Costs N L backward passes per side (times V for "trace").
+
+def position_kernel(
+    model, tokens1, tokens2, *, output="trace", positions1=None, positions2=None, chunk_size=None
+) -> jax.Array:
+    """Theta_ij(x, x') = <grad f_i(x), grad f_j(x')> for tokens1 (N1, L1), tokens2 (N2, L2)
+    -> (N1, N2, L1, L2).
+
+    `chunk_size` counts (sequence, position) rows per gradient pass; rows of one sequence in a
+    pass share its forward pass. Costs N L backward passes per side (times V for "trace").
     """
     n1, l1 = np.shape(tokens1)
     n2, l2 = np.shape(tokens2)
-    with jax.default_matmul_precision("highest"):
-        side1 = _side(tokens1, positions1, np.eye(l1, dtype=np.float32), chunk_size, True)
-        side2 = _side(tokens2, positions2, np.eye(l2, dtype=np.float32), chunk_size, True)
-        groups, _, _ = _kernel(model, side1, side2, output)
-    total = total_kernel(groups)
+    if chunk_size is not None and chunk_size < 1:
+        raise ValueError(f"chunk_size: must be positive, got {chunk_size}")
+    features = functools.partial(_position_features, model, output=output, chunk_size=chunk_size)
+    pair = _pair(tokens1, tokens2, positions1, positions2, features)
+    total = total_kernel(feature_kernels(*pair))
     return jnp.asarray(total.reshape(n1, l1, n2, l2).transpose(0, 2, 1, 3))
+
+
+def cross_tail_kernels(
+    long: GradientFeatures, short: GradientFeatures, short_sq=None
+) -> dict[str, Any]:
+    """Kernels of long probes' outputs F and F_tail (positions >= L_train) against short probes.
+
+    `long`: features with rows (F, F_tail) per probe, N_long x 2; `short`: N_short x 1, with
+    Theta(x, x) `short_sq` (N_short,) (default: its squared feature norms). Returns "groups"
+    (per group) and "cross" (total) <grad F(x_long), grad F(x_short)>, "tail" and "head" the
+    same for F_tail and F_head = F - F_tail (N_long, N_short); squared norms "long_sqnorm",
+    "tail_sqnorm", "head_sqnorm" (N_long,), "short_sqnorm" (N_short,); and the cosines
+    "tail_cos", "head_cos" (N_long, N_short), 0 where a norm is 0.
+    """
+    groups = {g: k.reshape(long.n, 2, -1) for g, k in feature_kernels(long, short).items()}
+    total = total_kernel(groups)
+    cross, tail = total[:, 0], total[:, 1]
+    sq = long.sqnorms()
+    head_sq = long.combine([[1.0, -1.0]]).sqnorms()[:, 0]
+    short_sq = short.sqnorms()[:, 0] if short_sq is None else np.asarray(short_sq)
+    return {
+        "groups": {g: k[:, 0] for g, k in groups.items()},
+        "cross": cross,
+        "tail": tail,
+        "head": cross - tail,
+        "long_sqnorm": sq[:, 0],
+        "tail_sqnorm": sq[:, 1],
+        "head_sqnorm": head_sq,
+        "short_sqnorm": short_sq,
+        "tail_cos": cosine(tail, sq[:, 1], short_sq),
+        "head_cos": cosine(cross - tail, head_sq, short_sq),
+    }
 
 
 def tail_kernel(
@@ -457,42 +376,37 @@ def tail_kernel(
     positions_short=None,
     chunk_size=None,
 ) -> dict[str, jax.Array]:
-    """Kernels of the unseen positions i >= train_length of long probes against short probes.
+    """Kernels of the unseen positions i >= train_length of long probes (N_long, L_long)
+    against short probes (N_short, L_short).
 
     F_tail(x) = sum_{i >= train_length} f_i(x), F_head = sum_{i < train_length} f_i(x), so
     F_tail + F_head = F. Returns "tail" and "head" = <grad F_tail|head(x_long), grad F(x_short)>
     (N_long, N_short), their cosines "tail_cos", "head_cos" (divided by the two gradient norms;
     0 where a norm is 0), and the squared norms "tail_sqnorm", "head_sqnorm" (N_long,),
-    "short_sqnorm" (N_short,). `chunk_size` counts sequences per chunk.
+    "short_sqnorm" (N_short,). `chunk_size` counts sequences per gradient pass.
     """
-    n_long, l_long = np.shape(long_tokens)
+    l_long = np.shape(long_tokens)[1]
     if not 0 < train_length < l_long:
         raise ValueError(f"train_length: must be in (0, {l_long}), got {train_length}")
     tail = (np.arange(l_long) >= train_length).astype(np.float32)
-    masks = np.stack([tail, 1.0 - tail])
-    with jax.default_matmul_precision("highest"):
-        side1 = _side(long_tokens, positions_long, masks, chunk_size, False)
-        l_short = np.shape(short_tokens)[1]
-        side2 = _side(short_tokens, positions_short, _sequence_masks(l_short), chunk_size, False)
-        groups, sq1, sq2 = _kernel(model, side1, side2, output, with_norms=True)
-    assert sq1 is not None and sq2 is not None
-    total = total_kernel(groups).reshape(n_long, 2, -1)
-    sq1 = sq1.reshape(n_long, 2)
-    out = {"tail_sqnorm": sq1[:, 0], "head_sqnorm": sq1[:, 1], "short_sqnorm": sq2}
-    for r, name in enumerate(("tail", "head")):
-        denom = np.sqrt(sq1[:, r, None] * sq2[None, :])
-        out[name] = total[:, r]
-        out[f"{name}_cos"] = np.where(denom > 0, total[:, r] / np.where(denom > 0, denom, 1), 0)
-    return {k: jnp.asarray(v) for k, v in out.items()}
+    kw = {"output": output, "chunk_size": chunk_size}
+    masks = np.stack([np.ones_like(tail), tail])
+    long = gradient_features(model, long_tokens, masks=masks, positions=positions_long, **kw)
+    short = gradient_features(model, short_tokens, positions=positions_short, **kw)
+    out = cross_tail_kernels(long, short)
+    keys = ("tail", "head", "tail_cos", "head_cos", "tail_sqnorm", "head_sqnorm", "short_sqnorm")
+    return {k: jnp.asarray(out[k]) for k in keys}
 
 
 __all__ = [
     "GROUPS",
     "GradientFeatures",
+    "cross_tail_kernels",
     "feature_kernels",
     "gradient_features",
     "param_group",
     "position_kernel",
+    "row_blocks",
     "sequence_kernel",
     "sequence_kernel_groups",
     "tail_kernel",

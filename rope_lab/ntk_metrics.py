@@ -1,5 +1,6 @@
-"""Metrics on empirical NTK matrices (pure functions, numpy float64), and the shift-invariance
-error, which computes its kernels with `rope_lab.ntk` (where the tail kernel also lives).
+"""Metrics on empirical NTK matrices (pure functions, numpy float64), the shift-invariance
+error, which computes its kernels with `rope_lab.ntk` (where the tail kernel also lives), and
+the metrics the NTK tracker writes, registered in `NTK_METRICS` (bottom of this module).
 
 Conventions: K_train = Theta(D_short, D_short) (n, n), K_cross = Theta(D_long, D_short)
 (m, n); `diag_long` (m,) and `diag_short` (n,) are the diagonals of the two self-kernels
@@ -8,11 +9,15 @@ Conventions: K_train = Theta(D_short, D_short) (n, n), K_cross = Theta(D_long, D
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
-from rope_lab.ntk import sequence_kernel
+from rope_lab.registry import NTK_METRICS
 
 STAT_KEYS = ("mean", "var", "offdiag_mean", "cos_mean", "cos_var", "cos_offdiag_mean")
 
@@ -155,6 +160,8 @@ def shift_invariance_error(
     tokens1 (N1, L1), tokens2 (N2, L2); positions default to arange(L); `kw` go to
     `sequence_kernel` (output, chunk_size). A learned table must have >= max position + tau rows.
     """
+    from rope_lab.ntk import sequence_kernel  # rope_lab.ntk imports this module (cosine)
+
     p1 = np.arange(np.shape(tokens1)[1]) if positions1 is None else np.asarray(positions1)
     p2 = np.arange(np.shape(tokens2)[1]) if positions2 is None else np.asarray(positions2)
     base = sequence_kernel(model, tokens1, tokens2, positions1=p1, positions2=p2, **kw)
@@ -181,8 +188,190 @@ def relative_distance_profile(P) -> tuple[np.ndarray, np.ndarray]:
     return distances, sums / counts
 
 
+# --- the metrics the NTK tracker writes -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """The kernels of one tracked row: one parameter group (or the total) at one NTK step.
+
+    K_train (n, n) is the group's Theta(D_short, D_short); K_0 and K_prev the same at step 0
+    and at the previous NTK step, `dt` steps before (None: not measured); diag_short (n,) the
+    diagonal of the total K_train; y (n,) the kernel-target alignment targets (None: no readout
+    vector); ridge the coverage ridge in units of mean(diag_short). Rows of one long probe
+    length add K_cross (m, n) of the group, diag_long (m,) (total Theta(x, x) of the long
+    probes) and tail_cos / head_cos (m, n); shift rows add K_shift (n, n), the group's K_train
+    with every position offset by L_train.
+    """
+
+    K_train: np.ndarray
+    diag_short: np.ndarray
+    K_0: np.ndarray | None = None
+    K_prev: np.ndarray | None = None
+    dt: int = 0
+    y: np.ndarray | None = None
+    ridge: float = 0.0
+    K_cross: np.ndarray | None = None
+    diag_long: np.ndarray | None = None
+    tail_cos: np.ndarray | None = None
+    head_cos: np.ndarray | None = None
+    K_shift: np.ndarray | None = None
+
+
+Rows = Literal["train", "cross", "shift"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A tracked NTK metric: `fn(kernels)` gives a row's value, or None for no row.
+
+    `on`: the rows it is written for: "train" (every NTK step, probe_length L_train), "cross"
+    (every long probe length) or "shift" (shifted positions, first and last step); `per_group`:
+    for every parameter group as well as the total kernel (else the total only).
+    """
+
+    fn: Callable[[Kernels], float | None]
+    on: Rows
+    per_group: bool
+
+    def __call__(self, kernels: Kernels) -> float | None:
+        return self.fn(kernels)
+
+
+def tracked(name: str, on: Rows, per_group: bool = False):
+    """Decorator registering fn(kernels) -> float | None as the NTK metric `name`; the tracker
+    writes the metrics in registration order."""
+
+    def add(fn: Callable[[Kernels], float | None]) -> Callable[[Kernels], float | None]:
+        NTK_METRICS.register(name)(Metric(fn, on, per_group))
+        return fn
+
+    return add
+
+
+def _given(x: np.ndarray | None) -> np.ndarray:
+    if x is None:
+        raise ValueError("ntk metric: a kernel it needs is not in this Kernels bundle")
+    return x
+
+
+def _from_init(k: Kernels) -> bool:
+    return k.K_0 is not None and bool(np.linalg.norm(k.K_0) > 0)
+
+
+@tracked("k_train_mean", "train", per_group=True)
+def _k_train_mean(k: Kernels) -> float:
+    """Off-diagonal mean of K_train."""
+    return _offdiag_mean(_f64(k.K_train))
+
+
+@tracked("k_train_cos_mean", "train")
+def _k_train_cos_mean(k: Kernels) -> float:
+    """Off-diagonal mean of K_train's cosines K_ij / sqrt(K_ii K_jj)."""
+    d = np.diag(k.K_train)
+    return _offdiag_mean(cosine(k.K_train, d, d))
+
+
+@tracked("distance_from_init", "train", per_group=True)
+def _distance_from_init(k: Kernels) -> float | None:
+    """kernel_distance(K_train, K_0); no row where K_0 is unknown or 0."""
+    return kernel_distance(k.K_train, k.K_0) if _from_init(k) else None
+
+
+@tracked("relative_change", "train", per_group=True)
+def _relative_change(k: Kernels) -> float | None:
+    """|K_train - K_0|_F / |K_0|_F; no row where K_0 is unknown or 0."""
+    return relative_change(k.K_train, k.K_0) if _from_init(k) else None
+
+
+@tracked("velocity", "train")
+def _velocity(k: Kernels) -> float | None:
+    """kernel_distance(K_prev, K_train) / dt; no row at the first NTK step."""
+    if k.K_prev is None or k.dt <= 0:
+        return None
+    return kernel_velocity(k.K_prev, k.K_train, k.dt)
+
+
+def _eig(k: Kernels, rank: int) -> float | None:
+    """The rank-th largest eigenvalue of K_train; no row where n < rank."""
+    lam = top_eigenvalues(k.K_train, rank)
+    return float(lam[rank - 1]) if lam.size >= rank else None
+
+
+for _rank in range(1, 6):
+    tracked(f"eig_{_rank}", "train")(functools.partial(_eig, rank=_rank))
+
+
+@tracked("effective_rank", "train")
+def _effective_rank(k: Kernels) -> float:
+    """effective_rank(K_train)."""
+    return effective_rank(k.K_train)
+
+
+@tracked("alignment", "train")
+def _alignment(k: Kernels) -> float | None:
+    """Centred kernel-target alignment of K_train with y; no row without y or for constant y."""
+    if k.y is None or not np.std(k.y) > 0:
+        return None
+    return kernel_target_alignment(k.K_train, k.y)
+
+
+@tracked("k_cross_mean", "cross", per_group=True)
+def _k_cross_mean(k: Kernels) -> float:
+    """Mean of K_cross."""
+    return float(np.mean(_given(k.K_cross)))
+
+
+@tracked("cross_train_ratio", "cross", per_group=True)
+def _cross_train_ratio(k: Kernels) -> float:
+    """mean(K_cross) / off-diagonal mean(K_train)."""
+    return cross_train_ratio(_given(k.K_cross), k.K_train)["offdiag_ratio"]
+
+
+@tracked("cross_train_cos_ratio", "cross")
+def _cross_train_cos_ratio(k: Kernels) -> float:
+    """The same ratio for cosines (K_cross by diag_long and diag_short, K_train by its own)."""
+    ratio = cross_train_ratio(_given(k.K_cross), k.K_train, _given(k.diag_long), k.diag_short)
+    return ratio["cos_offdiag_ratio"]
+
+
+@tracked("k_cross_cos_mean", "cross")
+def _k_cross_cos_mean(k: Kernels) -> float:
+    """Mean of K_cross / sqrt(diag_long diag_short^T)."""
+    return float(np.mean(cosine(_given(k.K_cross), _given(k.diag_long), k.diag_short)))
+
+
+@tracked("coverage_mean", "cross")
+def _coverage_mean(k: Kernels) -> float:
+    """Mean coverage of the long probes by the training span, ridge x mean(diag_short)."""
+    lam = k.ridge * float(np.mean(k.diag_short))
+    return float(np.mean(coverage(_given(k.K_cross), k.K_train, _given(k.diag_long), lam)))
+
+
+@tracked("tail_cos_mean", "cross")
+def _tail_cos_mean(k: Kernels) -> float:
+    """Mean gradient cosine of a long probe's outputs at positions >= L_train."""
+    return float(np.mean(_given(k.tail_cos)))
+
+
+@tracked("head_cos_mean", "cross")
+def _head_cos_mean(k: Kernels) -> float:
+    """Mean gradient cosine of a long probe's outputs at positions < L_train."""
+    return float(np.mean(_given(k.head_cos)))
+
+
+@tracked("shift_invariance_error", "shift", per_group=True)
+def _shift_invariance_error(k: Kernels) -> float | None:
+    """|K_shift - K_train|_F / |K_train|_F; no row where K_train is 0."""
+    if not np.linalg.norm(k.K_train) > 0:
+        return None
+    return relative_change(_given(k.K_shift), k.K_train)
+
+
 __all__ = [
     "STAT_KEYS",
+    "Kernels",
+    "Metric",
     "cosine",
     "coverage",
     "cross_train_ratio",
@@ -196,4 +385,5 @@ __all__ = [
     "relative_distance_profile",
     "shift_invariance_error",
     "top_eigenvalues",
+    "tracked",
 ]

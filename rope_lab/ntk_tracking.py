@@ -3,20 +3,14 @@ long-format rows for the `ntk` table, and the kernels themselves as `.npz` files
 
 Probe sets are drawn once per trial from the task (seeded by `ntk.seed`) and reused at every
 NTK step, so drift is comparable: D_short of `probes` sequences at L_train and one D_long per
-`ntk.probe_multipliers` x L_train. Metric rows (probe_length = L_train for K_train metrics, the
-long length for K_cross metrics; group = "total" or a parameter group):
-
-- k_train_mean, k_train_cos_mean: off-diagonal means of K_train, raw and as cosines;
-- k_cross_mean, k_cross_cos_mean, cross_train_ratio, cross_train_cos_ratio (K_cross mean over
-  the off-diagonal K_train mean); coverage_mean (how much of each long probe's gradient the
-  training span explains); tail_cos_mean / head_cos_mean (gradient cosines of a long probe's
-  outputs at positions >= L_train / < L_train against the training probes);
-- distance_from_init, relative_change (vs step 0) and velocity (vs the previous NTK step);
-- eig_1..eig_5, effective_rank, alignment (centred kernel-target alignment);
-- shift_invariance_error (positions offset by L_train), total and per group, at step 0 and the
-  last step.
-At the last step a RoPE model's K_cross is also measured under every scaling method and factor
-of the eval config (rows with `method`, `factor`).
+`ntk.probe_multipliers` x L_train. The metric rows are the metrics registered in
+`rope_lab.ntk_metrics` (`NTK_METRICS`, in registration order), each a function of one
+parameter group's kernels (group = "total" or a parameter group): K_train metrics at every NTK
+step (probe_length = L_train; drift against step 0 and the previous NTK step), K_cross metrics
+at every long probe length (probe_length = that length), and shift-invariance errors
+(positions offset by L_train) at step 0 and the last step. At the last step a RoPE model's
+K_cross is also measured under every scaling method and factor of the eval config (rows
+`SCALED_METRICS` with `method`, `factor`).
 
 Cost: each NTK step takes one gradient pass over the short probes and one over each long probe
 set (two output masks, whole and tail, sharing a forward pass); every kernel and metric is a
@@ -31,7 +25,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,15 +40,27 @@ from rope_lab.model import Transformer, with_scaling
 from rope_lab.ntk import (
     GROUPS,
     GradientFeatures,
+    cross_tail_kernels,
     feature_kernels,
     gradient_features,
+    row_blocks,
     total_kernel,
 )
+from rope_lab.registry import NTK_METRICS
 from rope_lab.tasks import Task
 from rope_lab.train import Hook, StepState
 from rope_lab.xla_options import FEW_CALLS
 
 TOTAL = "total"
+# the metrics written for each RoPE scaling, in this order
+SCALED_METRICS = ("k_cross_cos_mean", "cross_train_cos_ratio", "cross_train_ratio", "tail_cos_mean")
+# `nm.Kernels` field -> kernels-file key of one long probe length
+LONG_KEYS = {
+    "K_cross": "cross{}/" + TOTAL,
+    "diag_long": "diag{}",
+    "tail_cos": "tailcos{}",
+    "head_cos": "headcos{}",
+}
 
 
 def ntk_steps(cfg: TrialConfig) -> tuple[int, ...]:
@@ -170,15 +176,9 @@ class NTKTracker:
         m = np.broadcast_to(m, (n, *m.shape[-2:]))
         rows = m.shape[1]
         pad = self.program_length - length
+        kw: dict[str, Any] = {"output": self.output, "chunk_size": self.cfg.ntk.chunk_size}
         if not self.cfg.ntk.pad_to_longest or (pad == 0 and rows == 2):
-            return gradient_features(
-                model,
-                tokens,
-                masks=m,
-                positions=positions,
-                output=self.output,
-                chunk_size=self.cfg.ntk.chunk_size,
-            )
+            return gradient_features(model, tokens, masks=m, positions=positions, **kw)
         if isinstance(self.output, str) and self.output == "target":
             # f_{L-1} = 0 at the probe's own length, but padded, position L-1 has a next token
             m = np.array(m)
@@ -190,8 +190,7 @@ class NTKTracker:
             np.pad(tokens, ((0, 0), (0, pad))),
             masks=np.pad(m, ((0, 0), (0, 2 - rows), (0, pad))),
             positions=np.pad(pos, ((0, 0), (0, pad)), mode="edge"),
-            output=self.output,
-            chunk_size=self.cfg.ntk.chunk_size,
+            **kw,
         )
         return feats.combine(np.eye(2, dtype=np.float32)[:rows])
 
@@ -206,20 +205,13 @@ class NTKTracker:
         """K_train, K_cross per group, long diagonals and tail/head cosines, from one gradient
         pass over the short probes and one (two masks) over each long probe set."""
         short = self._features(model, self.probes.short)
-        out: dict[str, np.ndarray] = {}
-        for g, k in feature_kernels(short, short).items():
-            out[f"train/{g}"] = (k + k.T) / 2
-        out[f"train/{TOTAL}"] = total_kernel({g: out[f"train/{g}"] for g in GROUPS})
+        out = {f"train/{g}": k for g, k in _with_total(feature_kernels(short, short)).items()}
         short_sq = np.diag(out[f"train/{TOTAL}"])
         for length in self.probes.long:
-            long = self._long_features(model, length)
-            cross = long_cross(long, short, short_sq)
-            for g, k in cross.pop("groups").items():
-                out[f"cross{length}/{g}"] = k
-            out[f"cross{length}/{TOTAL}"] = cross["cross"]
-            out[f"diag{length}"] = cross["diag"]
-            out[f"tailcos{length}"] = cross["tail_cos"]
-            out[f"headcos{length}"] = cross["head_cos"]
+            t = cross_tail_kernels(self._long_features(model, length), short, short_sq)
+            out |= {f"cross{length}/{g}": k for g, k in t["groups"].items()}
+            fields = _cross_fields(t)
+            out |= {key.format(length): fields[field] for field, key in LONG_KEYS.items()}
         return out
 
     def measure(self, model: Transformer, step: int) -> list[dict]:
@@ -235,50 +227,25 @@ class NTKTracker:
         return rows
 
     def _rows(self, k: dict[str, np.ndarray], step: int) -> list[dict]:
+        """Metric rows of one step's kernels `k`: the "train" metrics of every group, then the
+        "cross" metrics of every long probe length and group."""
         L = self.cfg.train.length
-        rows: list[dict] = []
-
-        def add(metric: str, value: float, length: int = L, group: str = TOTAL) -> None:
-            rows.append(_row(step, length, group, metric, value))
-
         groups = [key.split("/")[1] for key in k if key.startswith("train/")]
-        prev = self.previous
-        for g in groups:
-            K = k[f"train/{g}"]
-            stats = nm.kernel_stats(K)
-            add("k_train_mean", stats["offdiag_mean"], group=g)
-            if g == TOTAL:
-                add("k_train_cos_mean", stats["cos_offdiag_mean"])
-            K0 = self.initial.get(f"train/{g}")
-            if K0 is not None and np.linalg.norm(K0) > 0:
-                add("distance_from_init", nm.kernel_distance(K, K0), group=g)
-                add("relative_change", nm.relative_change(K, K0), group=g)
-            if g == TOTAL and prev is not None and prev[0] < step:
-                add("velocity", nm.kernel_velocity(prev[1][f"train/{g}"], K, step - prev[0]))
-        K_train = k[f"train/{TOTAL}"]
-        for i, lam in enumerate(nm.top_eigenvalues(K_train, 5), start=1):
-            add(f"eig_{i}", lam)
-        add("effective_rank", nm.effective_rank(K_train))
         y = _target_values(self.cfg, self.probes, self.output)
-        if y is not None and np.std(y) > 0:
-            add("alignment", nm.kernel_target_alignment(K_train, y))
-        diag_short = np.diag(K_train)
-        ridge = self.cfg.ntk.ridge * float(np.mean(diag_short))
+        prev_step, prev = self.previous if self.previous is not None else (step, {})
+        diag_short, ridge = np.diag(k[f"train/{TOTAL}"]), self.cfg.ntk.ridge
+
+        def train(g: str) -> nm.Kernels:
+            K_0, K_prev = self.initial.get(f"train/{g}"), prev.get(f"train/{g}")
+            return nm.Kernels(k[f"train/{g}"], diag_short, K_0, K_prev, step - prev_step, y, ridge)
+
+        base = {g: train(g) for g in groups}
+        rows = [row for g in groups for row in _metric_rows("train", base[g], step, L, g)]
         for length in self.probes.long:
-            diag_long = k[f"diag{length}"]
+            long: dict[str, Any] = {f: k[key.format(length)] for f, key in LONG_KEYS.items()}
             for g in groups:
-                Kc, Kt = k[f"cross{length}/{g}"], k[f"train/{g}"]
-                add("k_cross_mean", float(np.mean(Kc)), length, g)
-                ratio = nm.cross_train_ratio(Kc, Kt, diag_long if g == TOTAL else None)
-                add("cross_train_ratio", ratio["offdiag_ratio"], length, g)
-                if g == TOTAL:
-                    add("cross_train_cos_ratio", ratio["cos_offdiag_ratio"], length)
-                    cos = nm.cosine(Kc, diag_long, diag_short)
-                    add("k_cross_cos_mean", float(np.mean(cos)), length)
-                    cover = nm.coverage(Kc, Kt, diag_long, ridge)
-                    add("coverage_mean", float(np.mean(cover)), length)
-                    add("tail_cos_mean", float(np.mean(k[f"tailcos{length}"])), length)
-                    add("head_cos_mean", float(np.mean(k[f"headcos{length}"])), length)
+                long["K_cross"] = k[f"cross{length}/{g}"]
+                rows += _metric_rows("cross", replace(base[g], **long), step, length, g)
         return rows
 
     def position_kernels(self, model: Transformer) -> dict[str, np.ndarray]:
@@ -296,7 +263,7 @@ class NTKTracker:
         rows = 2 if self.cfg.ntk.pad_to_longest else 1  # the sequence kernels' program shape
         short = self._mean_position_features(model, self.probes.short[:n], rows=rows)
         K_train = total_kernel(feature_kernels(short, short))
-        arrays = {"K_train": (K_train + K_train.T) / 2, "train_length": np.asarray(L)}
+        arrays = {"K_train": K_train, "train_length": np.asarray(L)}
         if self.probes.long:
             length = max(self.probes.long)
             long = self._mean_position_features(model, self.probes.long[length][:n], rows=2)
@@ -320,14 +287,9 @@ class NTKTracker:
         Each probe is copied once per block of `rows` positions, with one-hot masks, so the
         gradient program has the shape (chunk, rows, L) of the sequence-kernel calls."""
         n, length = tokens.shape
-        blocks = -(-length // rows)
-        eye = np.eye(blocks * rows, length, dtype=np.float32).reshape(blocks, rows, length)
-        copies = np.repeat(tokens, blocks, axis=0)  # probe-major: (n blocks, L)
-        masks = np.tile(eye, (n, 1, 1))
-        feats = self._features(model, copies, masks=masks)
-        leaves = tuple(
-            leaf.reshape(n, blocks * rows, -1)[:, :length].mean(0) for leaf in feats.leaves
-        )
+        copies, masks, _ = row_blocks(tokens, np.eye(length, dtype=np.float32), rows)
+        feats = self._features(model, copies, masks=masks).unblock(n, length)
+        leaves = tuple(leaf.reshape(n, length, -1).mean(0) for leaf in feats.leaves)
         return GradientFeatures(leaves, feats.groups, length, 1)
 
     def shift_invariance(self, model: Transformer, step: int) -> list[dict]:
@@ -338,18 +300,14 @@ class NTKTracker:
             base = {g: self.previous[1][f"train/{g}"] for g in (*GROUPS, TOTAL)}
         else:
             short = self._features(model, self.probes.short)
-            base = feature_kernels(short, short)
-            base[TOTAL] = total_kernel(base)
-        shifted_features = self._features(
-            model, self.probes.short, positions=np.arange(L, dtype=np.int32) + L
-        )
-        shifted = feature_kernels(shifted_features, shifted_features)
-        shifted[TOTAL] = total_kernel(shifted)
-        return [
-            _row(step, L, g, "shift_invariance_error", nm.relative_change(shifted[g], base[g]))
-            for g in (TOTAL, *GROUPS)
-            if np.linalg.norm(base[g]) > 0
-        ]
+            base = _with_total(feature_kernels(short, short))
+        moved = self._features(model, self.probes.short, positions=np.arange(L, dtype=np.int32) + L)
+        shifted = _with_total(feature_kernels(moved, moved))
+        diag_short, rows = np.diag(base[TOTAL]), []
+        for g in (TOTAL, *GROUPS):
+            kernels = nm.Kernels(base[g], diag_short, K_shift=shifted[g])
+            rows += _metric_rows("shift", kernels, step, L, g)
+        return rows
 
     def under_scalings(self, model: Transformer, step: int) -> list[dict]:
         """K_cross cosine and tail metrics of a RoPE model under each eval scaling method and
@@ -357,7 +315,7 @@ class NTKTracker:
 
         Gradient passes are shared between scalings that give the same frequencies (dynamic
         scaling at L_train is the unscaled model for every factor)."""
-        if self.cfg.model.position.kind != "rope":
+        if not self.cfg.model.position.options.supports_scaling:
             return []
         rows: list[dict] = []
         L = self.cfg.train.length
@@ -381,16 +339,11 @@ class NTKTracker:
                 short_sq = np.diag(K_train)
                 for length in self.probes.long:
                     scaled = with_scaling(model, method, factor, params, seq_len=length)
-                    cross = long_cross(features(scaled, length), short, short_sq)
-                    ratio = nm.cross_train_ratio(cross["cross"], K_train, cross["diag"])
-                    cos = nm.cosine(cross["cross"], cross["diag"], short_sq)
-                    for metric, value in (
-                        ("k_cross_cos_mean", float(np.mean(cos))),
-                        ("cross_train_cos_ratio", ratio["cos_offdiag_ratio"]),
-                        ("cross_train_ratio", ratio["offdiag_ratio"]),
-                        ("tail_cos_mean", float(np.mean(cross["tail_cos"]))),
-                    ):
-                        rows.append(_row(step, length, TOTAL, metric, value, method, factor))
+                    t = cross_tail_kernels(features(scaled, length), short, short_sq)
+                    kernels = nm.Kernels(K_train, short_sq, **_cross_fields(t))
+                    for name in SCALED_METRICS:
+                        value = NTK_METRICS[name](kernels)
+                        rows.append(_row(step, length, TOTAL, name, value, method, factor))
         return rows
 
 
@@ -415,31 +368,29 @@ def _row(
     }
 
 
-def _cos(K: np.ndarray, sq1: np.ndarray, sq2: np.ndarray) -> np.ndarray:
-    denom = np.sqrt(np.outer(sq1, sq2))
-    return np.where(denom > 0, K / np.where(denom > 0, denom, 1), 0.0)
+def _metric_rows(on: str, kernels: nm.Kernels, step: int, length: int, group: str) -> list[dict]:
+    """Rows of the registered metrics written on `on` rows for this group, in registry order."""
+    rows = []
+    for name, metric in NTK_METRICS.items():
+        if metric.on == on and (metric.per_group or group == TOTAL):
+            value = metric(kernels)
+            if value is not None:
+                rows.append(_row(step, length, group, name, value))
+    return rows
 
 
-def long_cross(
-    long: GradientFeatures, short: GradientFeatures, short_sq: np.ndarray
-) -> dict[str, Any]:
-    """Cross kernels of long probes (rows: whole output, tail) against short probes.
+def _with_total(groups: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per-group kernels and, last, their sum under TOTAL."""
+    return {**groups, TOTAL: total_kernel(groups)}
 
-    Returns "groups" (per-group K_cross, (N_long, N_short)), "cross" (their total), "diag"
-    (Theta(x, x) of each long probe, (N_long,)), and "tail_cos" / "head_cos": gradient cosines
-    of the outputs at unseen (>= L_train) / trained positions against each short probe.
-    """
-    groups = feature_kernels(long, short)
-    rows = total_kernel(groups).reshape(long.n, 2, -1)
-    sq = np.asarray(long.sqnorms())
-    head_sq = np.asarray(long.combine([[1.0, -1.0]]).sqnorms())[:, 0]
-    tail = rows[:, 1]
+
+def _cross_fields(t: dict[str, Any]) -> dict[str, Any]:
+    """The `nm.Kernels` fields of one long length from a `cross_tail_kernels` result."""
     return {
-        "groups": {g: k.reshape(long.n, 2, -1)[:, 0] for g, k in groups.items()},
-        "cross": rows[:, 0],
-        "diag": sq[:, 0],
-        "tail_cos": _cos(tail, sq[:, 1], short_sq),
-        "head_cos": _cos(rows[:, 0] - tail, head_sq, short_sq),
+        "K_cross": t["cross"],
+        "diag_long": t["long_sqnorm"],
+        "tail_cos": t["tail_cos"],
+        "head_cos": t["head_cos"],
     }
 
 

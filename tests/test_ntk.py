@@ -272,7 +272,7 @@ def test_no_retrace_per_chunk():
     first = ntk.TRACES["features"]
     assert first - before <= 2  # at most one trace per side (new shapes)
     ntk.sequence_kernel(model, T1[::-1], T2[::-1], chunk_size=CHUNK)
-    ntk.position_kernel(model, T1[::-1], T2, chunk_size=CHUNK)  # 15 x 6 chunks of 3 rows
+    ntk.position_kernel(model, T1[::-1], T2, chunk_size=CHUNK)  # 15 + 6 passes of 3 rows
     second = ntk.TRACES["features"]
     assert second - first <= 2
     ntk.position_kernel(model, T1, T2, chunk_size=CHUNK)

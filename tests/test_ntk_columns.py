@@ -23,6 +23,7 @@ from rope_lab import ntk
 from rope_lab.config import TrialConfig, replace
 from rope_lab.model import trainable, with_scaling
 from rope_lab.ntk_tracking import ProbeSets, tracking_hook
+from rope_lab.registry import NTK_METRICS
 from rope_lab.train import StepState, make_model, make_task_from
 from tests.helpers import tiny_trial
 from tests.test_ntk import brute_groups, logit_jacobian, output_jacobian
@@ -398,6 +399,12 @@ def test_every_metric_has_an_independent_formula_and_the_rows_are_complete(run):
     assert len(keys) == len(set(keys))
     expected = expected_keys(run)
     assert set(keys) == expected, (set(keys) - expected, expected - set(keys))
+
+
+def test_every_registered_metric_has_a_formula():
+    """Also a registered metric that no row of these runs writes needs its FORMULAS entry."""
+    missing = set(NTK_METRICS.names()) - FORMULAS.keys()
+    assert not missing, f"registered metrics without an independent check: {sorted(missing)}"
 
 
 def test_every_row_equals_its_bruteforce_value(run):

@@ -1,6 +1,7 @@
 """Laws of the kernel metrics, on random PSD matrices and feature maps."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rope_lab import ntk_metrics as nm
+from rope_lab.registry import NTK_METRICS
 
 seeds = st.integers(0, 2**31 - 1)
 
@@ -147,3 +149,27 @@ def test_offdiag_mean_of_a_single_probe_is_undefined():
 def test_effective_rank_ignores_round_off_negative_eigenvalues():
     K = np.diag([1.0, 1.0, -1e-9])
     assert nm.effective_rank(K) == pytest.approx(2.0, rel=1e-12)
+
+
+def test_tracked_metrics_write_no_row_where_undefined():
+    """A tracked metric gives None (no row) without K_0 or with K_0 = 0, at the first NTK step,
+    for an eigenvalue rank above n, without or with constant alignment targets, and for the
+    shift error of a zero kernel; a cross metric needs K_cross."""
+    metrics = dict(NTK_METRICS.items())
+    assert {m.on for m in metrics.values()} == {"train", "cross", "shift"}
+    K = psd(0, 3)
+    base = nm.Kernels(K, np.diag(K))
+    assert metrics["k_train_mean"](base) == pytest.approx(K[~np.eye(3, dtype=bool)].mean())
+    for name in ("distance_from_init", "relative_change"):
+        assert metrics[name](base) is None
+        assert metrics[name](replace(base, K_0=np.zeros_like(K))) is None
+        assert metrics[name](replace(base, K_0=K)) == pytest.approx(0.0, abs=1e-12)
+    assert metrics["velocity"](replace(base, K_prev=K, dt=0)) is None
+    assert metrics["velocity"](replace(base, K_prev=2 * K, dt=3)) == pytest.approx(0, abs=1e-12)
+    assert metrics["eig_3"](base) is not None and metrics["eig_4"](base) is None
+    assert metrics["alignment"](base) is None
+    assert metrics["alignment"](replace(base, y=np.ones(3))) is None
+    zero = nm.Kernels(np.zeros((3, 3)), np.zeros(3), K_shift=K)
+    assert metrics["shift_invariance_error"](zero) is None
+    with pytest.raises(ValueError, match="not in this Kernels"):
+        metrics["k_cross_mean"](base)

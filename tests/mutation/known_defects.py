@@ -84,9 +84,9 @@ DEFECTS = (
     ),
     Defect(
         "tail-cos-whole-sequence-norm",
-        "rope_lab/ntk_tracking.py",
-        '"tail_cos": _cos(tail, sq[:, 1], short_sq),',
-        '"tail_cos": _cos(tail, sq[:, 0], short_sq),',
+        "rope_lab/ntk.py",
+        '"tail_cos": cosine(tail, sq[:, 1], short_sq),',
+        '"tail_cos": cosine(tail, sq[:, 0], short_sq),',
         ("tests/test_ntk_columns.py",),
     ),
     Defect(
