@@ -553,7 +553,7 @@ def main(argv: list[str] | None = None) -> None:
             "'tracker-padded': the same with the short probes padded to the long length (one "
             "compiled program for both; `ntk.pad_to_longest`); 'api': two "
             f"`sequence_kernel` calls (chunk_size {t['chunk_size']}, NTKConfig's default, and "
-            "unchunked), which recompute the short probes' gradients per chunk. jacrev: the "
+            "unchunked), each computing both sides' gradient features once. jacrev: the "
             "same kernels (for the tracker rows the tail too: the long probes' Jacobian of the "
             "two outputs F and F_tail), each call its own jitted Jacobian + einsum (J_short "
             "computed in both). "
