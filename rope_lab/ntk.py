@@ -52,7 +52,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from rope_lab.model import trainable
-from rope_lab.ntk_metrics import cosine
+from rope_lab.ntk_metrics import cosine, relative_change
 
 GROUPS = ("embedding", "attention_qk", "attention_vo", "mlp", "norms", "head")
 TRACES = {"features": 0}  # trace counter of the jitted feature function (retracing guard)
@@ -398,6 +398,23 @@ def tail_kernel(
     return {k: jnp.asarray(out[k]) for k in keys}
 
 
+def shift_invariance_error(
+    model, tokens1, tokens2, tau: int, *, positions1=None, positions2=None, **kw
+) -> float:
+    """|Theta(x_tau, x'_tau) - Theta(x, x')|_F / |Theta(x, x')|_F, positions offset by tau.
+
+    tokens1 (N1, L1), tokens2 (N2, L2); positions default to arange(L); `kw` go to
+    `sequence_kernel` (output, chunk_size). A learned table must have >= max position + tau rows.
+    """
+    p1 = np.arange(np.shape(tokens1)[1]) if positions1 is None else np.asarray(positions1)
+    p2 = np.arange(np.shape(tokens2)[1]) if positions2 is None else np.asarray(positions2)
+    base = sequence_kernel(model, tokens1, tokens2, positions1=p1, positions2=p2, **kw)
+    shifted = sequence_kernel(
+        model, tokens1, tokens2, positions1=p1 + tau, positions2=p2 + tau, **kw
+    )
+    return relative_change(shifted, base)
+
+
 __all__ = [
     "GROUPS",
     "GradientFeatures",
@@ -409,6 +426,7 @@ __all__ = [
     "row_blocks",
     "sequence_kernel",
     "sequence_kernel_groups",
+    "shift_invariance_error",
     "tail_kernel",
     "total_kernel",
 ]

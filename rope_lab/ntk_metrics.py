@@ -1,6 +1,6 @@
-"""Metrics on empirical NTK matrices (pure functions, numpy float64), the shift-invariance
-error, which computes its kernels with `rope_lab.ntk` (where the tail kernel also lives), and
-the metrics the NTK tracker writes, registered in `NTK_METRICS` (bottom of this module).
+"""Metrics on empirical NTK matrices (pure functions, numpy float64) and the metrics the NTK
+tracker writes, registered in `NTK_METRICS` (bottom of this module). Metrics that compute
+their own kernels (the shift-invariance error, the tail kernel) live in `rope_lab.ntk`.
 
 Conventions: K_train = Theta(D_short, D_short) (n, n), K_cross = Theta(D_long, D_short)
 (m, n); `diag_long` (m,) and `diag_short` (n,) are the diagonals of the two self-kernels
@@ -150,25 +150,6 @@ def kernel_target_alignment(K, y) -> float:
     yc = y - y.mean()
     num = yc @ Kc @ yc
     return float(num / (np.linalg.norm(Kc) * (yc @ yc)))
-
-
-def shift_invariance_error(
-    model, tokens1, tokens2, tau: int, *, positions1=None, positions2=None, **kw
-) -> float:
-    """|Theta(x_tau, x'_tau) - Theta(x, x')|_F / |Theta(x, x')|_F, positions offset by tau.
-
-    tokens1 (N1, L1), tokens2 (N2, L2); positions default to arange(L); `kw` go to
-    `sequence_kernel` (output, chunk_size). A learned table must have >= max position + tau rows.
-    """
-    from rope_lab.ntk import sequence_kernel  # rope_lab.ntk imports this module (cosine)
-
-    p1 = np.arange(np.shape(tokens1)[1]) if positions1 is None else np.asarray(positions1)
-    p2 = np.arange(np.shape(tokens2)[1]) if positions2 is None else np.asarray(positions2)
-    base = sequence_kernel(model, tokens1, tokens2, positions1=p1, positions2=p2, **kw)
-    shifted = sequence_kernel(
-        model, tokens1, tokens2, positions1=p1 + tau, positions2=p2 + tau, **kw
-    )
-    return relative_change(shifted, base)
 
 
 def relative_distance_profile(P) -> tuple[np.ndarray, np.ndarray]:
@@ -383,7 +364,6 @@ __all__ = [
     "kernel_velocity",
     "relative_change",
     "relative_distance_profile",
-    "shift_invariance_error",
     "top_eigenvalues",
     "tracked",
 ]

@@ -12,7 +12,7 @@ from jax.flatten_util import ravel_pytree
 from rope_lab import ntk
 from rope_lab.config import replace
 from rope_lab.model import trainable
-from rope_lab.ntk_metrics import shift_invariance_error
+from rope_lab.ntk import shift_invariance_error
 from rope_lab.train import make_model
 from tests.helpers import tiny_trial
 
