@@ -34,7 +34,7 @@ def _draw(
 ) -> tuple[Batch, Int[Array, "B L"]]:
     """One evaluation batch at `length` from keys (2, key) = split(batch key): (B, L)
     tokens/targets/mask and (B, L) positions."""
-    batch = task.sample_from(operands, keys[0], batch_size, length)
+    batch = task.sample_from(operands, batch_size, length, key=keys[0])
     return batch, batch_positions(cfg, key=keys[1], batch_size=batch_size, length=length)
 
 

@@ -93,9 +93,9 @@ def draw_probes(cfg: TrialConfig, task: Task) -> ProbeSets:
     operands = task.operands("eval")
     # one program per length, not one per eager op; the operands are arguments, not constants
     sample = eqx.filter_jit(task.sample_from, compiler_options=FEW_CALLS)  # type: ignore[call-overload]
-    short = sample(operands, jax.random.fold_in(key, length), n, length)
+    short = sample(operands, n, length, key=jax.random.fold_in(key, length))
     long = {
-        L: np.asarray(sample(operands, jax.random.fold_in(key, L), n, L).tokens)
+        L: np.asarray(sample(operands, n, L, key=jax.random.fold_in(key, L)).tokens)
         for L in cfg.ntk_lengths
     }
     return ProbeSets(

@@ -9,8 +9,8 @@ itself. Adding a variant means one new module in that package: nothing else list
 from __future__ import annotations
 
 import difflib
-import math
 import importlib
+import math
 import sys
 import types
 from collections.abc import Callable, Iterator

@@ -121,7 +121,7 @@ def train_step_body(
 
     def step(static, params, opt_state, key, operands):
         data_key, pos_key = jax.random.split(key)
-        batch = task.sample_from(operands, data_key, batch_size, length)
+        batch = task.sample_from(operands, batch_size, length, key=data_key)
         positions = batch_positions(cfg, key=pos_key, batch_size=batch_size, length=length)
         if mesh is not None:
             batch, positions = constrain_batch((batch, positions), mesh)

@@ -180,7 +180,7 @@ class _FixedTask:
     def operands(self, split="train"):
         return ()
 
-    def sample_from(self, operands, key, batch_size, length):
+    def sample_from(self, operands, batch_size, length, *, key):
         targets = jnp.asarray(self.targets, jnp.int32)
         return Batch(jnp.zeros_like(targets), targets, jnp.asarray(self.mask))
 

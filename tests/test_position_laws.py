@@ -307,7 +307,7 @@ def test_randomized_positions_are_sorted_distinct_and_in_range(length, seed):
     """Each row is a sorted subset of [0, max(random_max_length, L)): all of it when L >= the
     bound; rows of one batch are drawn independently."""
     cfg = randomized("rope")
-    pos = np.asarray(batch_positions(cfg, jax.random.PRNGKey(seed), 8, length))
+    pos = np.asarray(batch_positions(cfg, 8, length, key=jax.random.PRNGKey(seed)))
     bound = max(RANDOM_MAX, length)
     assert pos.shape == (8, length) and pos.dtype == np.int32
     assert np.all(np.diff(pos, axis=1) > 0)
@@ -321,7 +321,7 @@ def test_randomized_positions_are_sorted_distinct_and_in_range(length, seed):
 def test_randomized_positions_are_uniform_subsets():
     """Every position of [0, M) is in a drawn subset of size L with probability L / M."""
     draws, length = 4096, 8
-    pos = np.asarray(batch_positions(randomized("rope"), jax.random.PRNGKey(7), draws, length))
+    pos = np.asarray(batch_positions(randomized("rope"), draws, length, key=jax.random.PRNGKey(7)))
     freq = np.bincount(pos.ravel(), minlength=RANDOM_MAX) / draws
     p = length / RANDOM_MAX
     assert np.max(np.abs(freq - p)) < 6 * math.sqrt(p * (1 - p) / draws)  # 6 sigma
@@ -333,8 +333,8 @@ def reference_losses(model, task, operands, cfg, key):
     `batch_positions` draws from split(key)[1], the loss at 0..L-1, and the largest position."""
     data_key, pos_key = jax.random.split(key)
     size, length = cfg.train.batch_size, cfg.train.length
-    batch = task.sample_from(operands, data_key, size, length)
-    positions = batch_positions(cfg, pos_key, size, length)
+    batch = task.sample_from(operands, size, length, key=data_key)
+    positions = batch_positions(cfg, size, length, key=pos_key)
     fixed = jnp.broadcast_to(jnp.arange(length), positions.shape)
     return masked_loss(model, batch, positions), masked_loss(model, batch, fixed), positions.max()
 

@@ -38,7 +38,7 @@ def test_alibi_slopes_reject_nonpositive():
 @given(length=st.integers(1, 40), extra=st.integers(0, 200), seed=st.integers(0, 1000))
 def test_random_positions_are_sorted_distinct_in_range(length, extra, seed):
     max_length = length + extra
-    pos = np.asarray(random_positions(jax.random.PRNGKey(seed), length, max_length))
+    pos = np.asarray(random_positions(length, max_length, key=jax.random.PRNGKey(seed)))
     assert pos.shape == (length,)
     assert np.all(np.diff(pos) > 0)
     assert pos.min() >= 0 and pos.max() < max_length

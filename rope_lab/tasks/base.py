@@ -237,17 +237,19 @@ class Task(abc.ABC):
                 + (f" ({why})" if why else "")
             )
 
-    def sample(self, key: jax.Array, batch_size: int, length: int, split: str = "train") -> Batch:
+    def sample(
+        self, batch_size: int, length: int, split: str = "train", *, key: jax.Array
+    ) -> Batch:
         """Sample a :class:`Batch` of shape (batch_size, length) from ``split``; jit-able.
 
         ``batch_size`` and ``length`` must be static. Inside a jitted function this closes over
         :meth:`operands` (embedded as constants; large for ``lm_text``): pass them as jit
         arguments with :meth:`sample_from` instead, as ``sample_batch`` does.
         """
-        return self.sample_from(self.operands(split), key, batch_size, length)
+        return self.sample_from(self.operands(split), batch_size, length, key=key)
 
     def sample_from(
-        self, operands: Operands, key: jax.Array, batch_size: int, length: int
+        self, operands: Operands, batch_size: int, length: int, *, key: jax.Array
     ) -> Batch:
         """:meth:`sample` with ``operands`` (= ``self.operands(split)``) given, e.g. as jit
         args; the operands decide the split."""

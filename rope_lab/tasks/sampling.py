@@ -11,13 +11,13 @@ from rope_lab.tasks.base import Batch, Operands, Task, check_size
 
 @partial(jax.jit, static_argnames=("task", "batch_size", "length"))
 def _sample_jit(
-    task: Task, key: jax.Array, batch_size: int, length: int, operands: Operands
+    task: Task, batch_size: int, length: int, operands: Operands, *, key: jax.Array
 ) -> Batch:
-    return task.sample_from(operands, key, batch_size, length)
+    return task.sample_from(operands, batch_size, length, key=key)
 
 
 def sample_batch(
-    task: Task, key: jax.Array, batch_size: int, length: int, split: str = "train"
+    task: Task, batch_size: int, length: int, split: str = "train", *, key: jax.Array
 ) -> Batch:
     """Validate, then sample a (batch_size, length) :class:`Batch` of ``split`` under jit.
 
@@ -25,4 +25,4 @@ def sample_batch(
     """
     task.validate(length, split)
     batch_size = check_size("batch_size", batch_size)
-    return _sample_jit(task, key, batch_size, int(length), task.operands(split))
+    return _sample_jit(task, batch_size, int(length), task.operands(split), key=key)

@@ -28,7 +28,7 @@ def batches(tasks: dict) -> dict:
     """(name, length) -> numpy (tokens, targets, mask) sampled with key(length); one jit
     compilation per task and length, shared by the tests."""
     return {
-        (name, length): as_numpy(sample_batch(task, jax.random.key(length), BATCH, length))
+        (name, length): as_numpy(sample_batch(task, BATCH, length, key=jax.random.key(length)))
         for name, task in tasks.items()
         for length in LENGTHS
     }

@@ -55,8 +55,8 @@ def test_batch_shapes_shift_and_laws(name: str, length: int, tasks: dict, batche
 @pytest.mark.parametrize("name", list(TASKS))
 def test_determinism_and_key_dependence(name: str, tasks: dict, batches: dict) -> None:
     task, ref = tasks[name], batches[name, 64]
-    again = as_numpy(sample_batch(task, jax.random.key(64), BATCH, 64))
-    other = as_numpy(sample_batch(task, jax.random.key(65), BATCH, 64))
+    again = as_numpy(sample_batch(task, BATCH, 64, key=jax.random.key(64)))
+    other = as_numpy(sample_batch(task, BATCH, 64, key=jax.random.key(65)))
     for x, y in zip(ref, again, strict=True):
         np.testing.assert_array_equal(x, y)
     assert not np.array_equal(ref[0], other[0])
@@ -66,11 +66,13 @@ def test_determinism_and_key_dependence(name: str, tasks: dict, batches: dict) -
 def test_sample_method_matches_sample_batch(tasks: dict, batches: dict) -> None:
     """Task.sample under a user's jit (operands closed over) equals the sample_batch wrapper."""
     task = tasks["lm_synthetic"]
-    direct = as_numpy(jax.jit(task.sample, static_argnums=(1, 2))(jax.random.key(16), BATCH, 16))
+    direct = as_numpy(
+        jax.jit(task.sample, static_argnums=(0, 1))(BATCH, 16, key=jax.random.key(16))
+    )
     for x, y in zip(direct, batches["lm_synthetic", 16], strict=True):
         np.testing.assert_array_equal(x, y)
     # operands passed explicitly (how a training step avoids embedding them as constants)
-    step = jax.jit(lambda ops, key: task.sample_from(ops, key, BATCH, 16))
+    step = jax.jit(lambda ops, key: task.sample_from(ops, BATCH, 16, key=key))
     for x, y in zip(as_numpy(step(task.operands(), jax.random.key(16))), direct, strict=True):
         np.testing.assert_array_equal(x, y)
 
@@ -93,13 +95,13 @@ def test_tasks_are_hashable_static_args(text_file: str) -> None:
 def test_min_length_is_generated(name: str, tasks: dict) -> None:
     task = tasks[name]
     length = task.min_length()
-    tokens, targets, mask = as_numpy(sample_batch(task, jax.random.key(0), BATCH, length))
+    tokens, targets, mask = as_numpy(sample_batch(task, BATCH, length, key=jax.random.key(0)))
     assert tokens.shape == (BATCH, length)
     np.testing.assert_array_equal(targets[:, :-1], tokens[:, 1:])
     if name in CHECKERS:
         CHECKERS[name](task, tokens, targets, mask)
     with pytest.raises(ValueError, match=rf"length={length - 1} is too short, need length >= "):
-        sample_batch(task, jax.random.key(0), BATCH, length - 1)
+        sample_batch(task, BATCH, length - 1, key=jax.random.key(0))
 
 
 @pytest.mark.parametrize(
@@ -141,10 +143,10 @@ def test_too_small_vocab(name: str, vocab: int, params: dict) -> None:
 def test_too_short_length() -> None:
     task = make_task("passkey", 32, needle_length=5)
     with pytest.raises(ValueError, match=r"length=10 is too short, need length >= 11"):
-        sample_batch(task, jax.random.key(0), 2, 10)
+        sample_batch(task, 2, 10, key=jax.random.key(0))
     with pytest.raises(ValueError, match=r"length=31 is too short, need length >= 32"):
-        make_task("mqar", 64).sample(jax.random.key(0), 2, 31)
+        make_task("mqar", 64).sample(2, 31, key=jax.random.key(0))
     with pytest.raises(ValueError, match="batch_size must be >= 1"):
-        sample_batch(task, jax.random.key(0), 0, 32)
+        sample_batch(task, 0, 32, key=jax.random.key(0))
     with pytest.raises(ValueError, match=r"length must be an integer, got length=32\.0"):
-        sample_batch(task, jax.random.key(0), 2, 32.0)
+        sample_batch(task, 2, 32.0, key=jax.random.key(0))

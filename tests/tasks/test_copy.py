@@ -37,14 +37,14 @@ def test_copy_segment_length(batches: dict) -> None:
         assert np.all(batches["copy", length][2].sum(axis=1) == task.segment_length_for(length))
     fixed = make_task("copy", 10, segment_length=5)
     assert fixed.min_length() == 11
-    tokens, targets, mask = as_numpy(sample_batch(fixed, jax.random.key(0), BATCH, 100))
+    tokens, targets, mask = as_numpy(sample_batch(fixed, BATCH, 100, key=jax.random.key(0)))
     check_copy(fixed, tokens, targets, mask)
     assert np.all(mask.sum(axis=1) == 5)
 
 
 def _copy_law(length: int, seed: int, fraction: float) -> None:
     task = CopyTask(12, segment_fraction=fraction)
-    tokens, targets, mask = as_numpy(sample_batch(task, jax.random.key(seed), 4, length))
+    tokens, targets, mask = as_numpy(sample_batch(task, 4, length, key=jax.random.key(seed)))
     np.testing.assert_array_equal(targets[:, :-1], tokens[:, 1:])
     check_copy(task, tokens, targets, mask)
 

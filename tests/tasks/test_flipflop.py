@@ -43,21 +43,21 @@ def test_flipflop_instruction_frequencies(tasks: dict) -> None:
     task = tasks["flipflop"]  # p_ignore = 0.8
     instr = np.concatenate(
         [
-            np.asarray(sample_batch(task, jax.random.key(s), BATCH, 257).tokens)[:, 2::2]
+            np.asarray(sample_batch(task, BATCH, 257, key=jax.random.key(s)).tokens)[:, 2::2]
             for s in range(8)
         ]
     )  # the initial write is forced, skip it
     freq = [np.mean(instr == v) for v in (task.W, task.R, task.I)]
     np.testing.assert_allclose(freq, [0.1, 0.1, 0.8], atol=0.02)
     dense = make_task("flipflop", 5, p_ignore=0.0)
-    tokens, targets, mask = as_numpy(sample_batch(dense, jax.random.key(0), BATCH, 64))
+    tokens, targets, mask = as_numpy(sample_batch(dense, BATCH, 64, key=jax.random.key(0)))
     assert not np.any(tokens[:, 0::2] == task.I)
     check_flipflop(dense, tokens, targets, mask)
 
 
 def _flipflop_law(length: int, seed: int, p_ignore: float) -> None:
     task = FlipFlopTask(5, p_ignore=p_ignore)
-    tokens, targets, mask = as_numpy(sample_batch(task, jax.random.key(seed), 4, length))
+    tokens, targets, mask = as_numpy(sample_batch(task, 4, length, key=jax.random.key(seed)))
     np.testing.assert_array_equal(targets[:, :-1], tokens[:, 1:])
     check_flipflop(task, tokens, targets, mask)
 

@@ -40,8 +40,8 @@ def check_mqar(task: MQARTask, tokens, targets, mask) -> None:
 def test_mqar_pairs_scale_with_length() -> None:
     task = make_task("mqar", 200, num_pairs=4, pair_density=1 / 16)
     assert [task.pairs_for(n) for n in (16, 64, 257, 300)] == [4, 4, 16, 18]
-    tokens, targets, mask = as_numpy(sample_batch(task, jax.random.key(0), BATCH, 257))
+    tokens, targets, mask = as_numpy(sample_batch(task, BATCH, 257, key=jax.random.key(0)))
     check_mqar(task, tokens, targets, mask)
     assert np.all(mask.sum(axis=1) == 16)
     with pytest.raises(ValueError, match="vocab_size=200 is too small for 125 pairs"):
-        sample_batch(task, jax.random.key(0), BATCH, 2000)
+        sample_batch(task, BATCH, 2000, key=jax.random.key(0))

@@ -33,20 +33,20 @@ def check_passkey(task: PasskeyTask, tokens, targets, mask) -> None:
 
 def test_legacy_uint32_keys(tasks: dict) -> None:
     task = tasks["passkey"]
-    tokens, targets, mask = as_numpy(sample_batch(task, jax.random.PRNGKey(3), BATCH, 16))
+    tokens, targets, mask = as_numpy(sample_batch(task, BATCH, 16, key=jax.random.PRNGKey(3)))
     check_passkey(task, tokens, targets, mask)
 
 
 def test_passkey_depth(tasks: dict) -> None:
     # depth=1.0: the KEY block ends right before QUERY
     task = make_task("passkey", 20, needle_length=3, num_digits=5, depth=1.0)
-    tokens, targets, mask = as_numpy(sample_batch(task, jax.random.key(0), BATCH, 64))
+    tokens, targets, mask = as_numpy(sample_batch(task, BATCH, 64, key=jax.random.key(0)))
     assert np.all(tokens[:, 64 - 3 - 4] == task.KEY)
     check_passkey(task, tokens, targets, mask)
     # default: uniformly random depth, the needle moves around
     task = tasks["passkey"]
     positions = [
-        np.argmax(np.asarray(sample_batch(task, jax.random.key(s), BATCH, 257).tokens) == 0, 1)
+        np.argmax(np.asarray(sample_batch(task, BATCH, 257, key=jax.random.key(s)).tokens) == 0, 1)
         for s in range(8)
     ]
     assert len(set(np.concatenate(positions).tolist())) > 30

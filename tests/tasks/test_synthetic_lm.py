@@ -35,12 +35,12 @@ def test_lm_synthetic_source_is_fixed_and_copies_happen() -> None:
     other = make_task("lm_synthetic", 30, branching=3, seed=1)
     assert not np.array_equal(other.transition_table()[0], succ_a)
     # pure Markov chain: every transition is a listed successor
-    tokens, targets, _ = as_numpy(sample_batch(task, jax.random.key(0), BATCH, 257))
+    tokens, targets, _ = as_numpy(sample_batch(task, BATCH, 257, key=jax.random.key(0)))
     seq = np.concatenate([tokens, targets[:, -1:]], axis=1)
     assert all(seq[b, t] in succ_a[seq[b, t - 1]] for b in range(BATCH) for t in range(1, 258))
     # always copying after min_lag: every later token repeats one at least min_lag back
     copier = make_task("lm_synthetic", 30, copy_prob=1.0, span_length=5, min_lag=10)
-    tokens, targets, mask = as_numpy(sample_batch(copier, jax.random.key(0), BATCH, 257))
+    tokens, targets, mask = as_numpy(sample_batch(copier, BATCH, 257, key=jax.random.key(0)))
     check_lm_synthetic(copier, tokens, targets, mask)
     seq = np.concatenate([tokens, targets[:, -1:]], axis=1)
     lags_seen = set()

@@ -30,16 +30,16 @@ def test_lm_text_windows(text_file: str, tasks: dict, batches: dict) -> None:
         starts.add(hits[0])
     assert len(starts) > BATCH // 2
     # the whole training split (the first 2700 of 3000 bytes) as one window
-    tokens, targets, _ = as_numpy(sample_batch(task, jax.random.key(0), 2, 2699))
+    tokens, targets, _ = as_numpy(sample_batch(task, 2, 2699, key=jax.random.key(0)))
     np.testing.assert_array_equal(tokens[0], data[:2699])
     np.testing.assert_array_equal(targets[1], data[1:2700])
     # the whole held-out split as one window
-    tokens, targets, _ = as_numpy(sample_batch(task, jax.random.key(0), 2, 299, split="eval"))
+    tokens, targets, _ = as_numpy(sample_batch(task, 2, 299, split="eval", key=jax.random.key(0)))
     np.testing.assert_array_equal(tokens[0], data[2700:-1])
     np.testing.assert_array_equal(targets[1], data[2701:])
     # eval_fraction 0: evaluation reads the training text, the whole file
     whole = make_task("lm_text", 256, path=text_file, eval_fraction=0.0)
-    tokens, _, _ = as_numpy(sample_batch(whole, jax.random.key(0), 2, 2999, split="eval"))
+    tokens, _, _ = as_numpy(sample_batch(whole, 2, 2999, split="eval", key=jax.random.key(0)))
     np.testing.assert_array_equal(tokens[0], data[:-1])
 
 
@@ -55,9 +55,9 @@ def test_lm_text_errors(tmp_path, text_file: str) -> None:
     with pytest.raises(
         ValueError, match=r"train split .* has 2700 bytes, too short for length=2700"
     ):
-        sample_batch(task, jax.random.key(0), 2, 2700)
+        sample_batch(task, 2, 2700, key=jax.random.key(0))
     with pytest.raises(ValueError, match=r"eval split .* has 300 bytes, too short for length=300"):
-        sample_batch(task, jax.random.key(0), 2, 300, split="eval")
+        sample_batch(task, 2, 300, split="eval", key=jax.random.key(0))
     with pytest.raises(ValueError, match=r"eval_fraction must be in \[0.0, 0.9\]"):
         make_task("lm_text", 256, path=text_file, eval_fraction=0.95)
     with pytest.raises(ValueError, match="split must be one of train, eval"):
@@ -102,7 +102,7 @@ def test_training_evaluation_and_probes_read_their_own_split(tmp_path) -> None:
     )
     task = make_task_from(cfg)
     for split, byte in (("train", ord("a")), ("eval", ord("b"))):
-        batch = sample_batch(task, jax.random.key(1), 16, 64, split=split)
+        batch = sample_batch(task, 16, 64, split=split, key=jax.random.key(1))
         assert (np.asarray(batch.tokens) == byte).all()
     probes = draw_probes(cfg, task)
     assert (probes.short == ord("b")).all()
@@ -123,12 +123,12 @@ def test_operands_made_inside_a_trace_are_concrete(tmp_path) -> None:
 
     @jax.jit
     def first_draw(key):
-        return task.sample(key, 2, 8, split="eval").tokens
+        return task.sample(2, 8, split="eval", key=key).tokens
 
     first = np.asarray(first_draw(jax.random.key(0)))
     (cached,) = task.operands("eval")
     assert not isinstance(cached, jax.core.Tracer)
-    again = sample_batch(task, jax.random.key(0), 2, 8, split="eval")
+    again = sample_batch(task, 2, 8, split="eval", key=jax.random.key(0))
     np.testing.assert_array_equal(np.asarray(again.tokens), first)
     start, stop = text_split_bounds(1024, 0.1)["eval"]
     np.testing.assert_array_equal(
