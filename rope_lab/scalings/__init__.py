@@ -1,19 +1,15 @@
 """RoPE scaling methods, one module each, registered in `rope_lab.registry.SCALINGS`.
 
-Importing this package registers them; the import order below is the registry order.
+Every module of this package is imported here and registers its method, so a new method is one
+new module; its `order` attribute places it in listings and legends.
 """
 
-# isort: off
-from rope_lab.scalings import default  # noqa: F401
-from rope_lab.scalings import linear  # noqa: F401
-from rope_lab.scalings import ntk  # noqa: F401
-from rope_lab.scalings import dynamic  # noqa: F401
-from rope_lab.scalings import yarn  # noqa: F401
-from rope_lab.scalings import llama3  # noqa: F401
-from rope_lab.scalings import longrope  # noqa: F401
-from rope_lab.scalings import proportional  # noqa: F401
+import importlib
+import pkgutil
 
-# isort: on
 from rope_lab.scalings.base import Scaling
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["Scaling"]
