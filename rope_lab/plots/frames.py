@@ -92,9 +92,12 @@ def warn_if_mixed(frame: pl.DataFrame, keys: Sequence[str | None]) -> None:
 
 
 def n_seeds(frame: pl.DataFrame, keys: Sequence[str | None]) -> int:
-    """Most trials (seeds) behind one plotted point keyed by ``keys``."""
+    """Most seeds behind one plotted point keyed by ``keys``: distinct ``train.seed`` values
+    (trials that differ in another config column are not seeds; `warn_if_mixed` names them),
+    or distinct trials without a seed column."""
     keys = [k for k in dict.fromkeys(keys) if k]
     if "trial_id" not in frame.columns or frame.is_empty():
         return 1
-    counts = frame.group_by(keys).agg(pl.col("trial_id").n_unique()).get_column("trial_id")
+    by = "train.seed" if "train.seed" in frame.columns else "trial_id"
+    counts = frame.group_by(keys).agg(pl.col(by).n_unique()).get_column(by)
     return int(counts.to_numpy().max())
