@@ -93,9 +93,9 @@ class EncodingConfig:
         """
         check_randomized(trial)
         for name, _ in trial.eval.method_params:
-            _known_scaling(name, f"eval.method_params.{name}")
+            known_scaling(name, f"eval.method_params.{name}")
         for i, method in enumerate(trial.eval.methods):
-            _known_scaling(method, f"eval.methods[{i}]")
+            known_scaling(method, f"eval.methods[{i}]")
 
     def with_scaling(
         self,
@@ -116,7 +116,8 @@ class EncodingConfig:
         return ""
 
 
-def _known_scaling(method: str, path: str) -> None:
+def known_scaling(method: str, path: str) -> None:
+    """ConfigError naming `path` unless `method` is a registered RoPE scaling method."""
     if method not in rope.ROPE_KINDS:
         raise ConfigError(
             f"{path}: unknown scaling {method!r}; allowed: {', '.join(rope.ROPE_KINDS)}"

@@ -16,7 +16,7 @@ from jaxtyping import Array
 
 from rope_lab import rope
 from rope_lab.config import ConfigError, ModelConfig, Params, thaw
-from rope_lab.positions.base import EncodingConfig, Frozen, PositionEncoding
+from rope_lab.positions.base import EncodingConfig, Frozen, PositionEncoding, known_scaling
 from rope_lab.registry import POSITIONS
 
 
@@ -102,10 +102,7 @@ class RopeConfig(EncodingConfig):
 
 def check_scaling(kind: str, rotary_dim: int, factor: float, length: int, params: dict, path: str):
     """ConfigError naming `path` unless `kind` at `factor` is a valid scaling for the model."""
-    if kind not in rope.ROPE_KINDS:
-        raise ConfigError(
-            f"{path}: unknown scaling {kind!r}; allowed: {', '.join(rope.ROPE_KINDS)}"
-        )
+    known_scaling(kind, path)
     try:
         rope.validate_scaling(
             kind, max(rotary_dim, 2), factor=factor, original_length=length, **params
