@@ -39,6 +39,8 @@ NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu", "swiglu")
 PARAMETRIZATIONS = ("sp", "ntk", "mup")
 DTYPES = ("float32", "bfloat16")
+# How attention is computed (`rope_lab.attention`); all give the same numbers to rounding.
+ATTENTION_IMPLEMENTATIONS = ("auto", "blocked", "reference", "cudnn")
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,11 @@ class PositionConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Decoder-only Transformer shape. Heads default to width // head_dim (fixed head_dim)."""
+    """Decoder-only Transformer shape. Heads default to width // head_dim (fixed head_dim).
+
+    `attention` picks how attention is computed (`rope_lab.attention`: auto, blocked,
+    reference, cudnn); it changes memory and speed, not results, so trial ids ignore it.
+    """
 
     width: int = 128
     depth: int = 2
@@ -83,6 +89,7 @@ class ModelConfig:
     parametrization: str = "sp"
     base_width: int = 128
     dtype: str = "float32"
+    attention: str = "auto"
     position: PositionConfig = dataclasses.field(default_factory=PositionConfig)
 
     @property
@@ -260,8 +267,9 @@ def variant_tag(key: str, cls: type = TrialConfig) -> tuple[str, str] | None:
 
 
 # How a trial runs, not what it computes: left out of trial ids, so a finished trial is found
-# again when rerun on another device count, NTK chunking or eval/NTK padding.
+# again when rerun on another device count, attention kernel, NTK chunking or eval/NTK padding.
 EXECUTION_FIELDS = (
+    "model.attention",
     "train.devices",
     "eval.pad_to_longest",
     "ntk.chunk_size",
@@ -325,6 +333,7 @@ def validate(cfg: TrialConfig) -> TrialConfig:
     check_choice(m.mlp, MLPS, "model.mlp")
     check_choice(m.parametrization, PARAMETRIZATIONS, "model.parametrization")
     check_choice(m.dtype, DTYPES, "model.dtype")
+    check_choice(m.attention, ATTENTION_IMPLEMENTATIONS, "model.attention")
     if (m.heads is None) == (m.head_dim is None):
         raise ConfigError(
             "model.heads / model.head_dim: set exactly one "

@@ -12,9 +12,9 @@ step 1.07x / 1.10x faster batched at width 256 / 512). q, k, v and the SwiGLU ga
 projections each run as one matmul against their weights concatenated at call time (the
 parameter tree is unchanged); `lax.split` (not slicing) separates the outputs, so the backward
 pass concatenates the parts instead of summing zero-padded copies. Attention runs on
-heads-major (H, L, Dh) operands, in query blocks that each see only their causal key prefix
-(`causal_blocks`), skipping most of the masked upper triangle: at width 256, L 256 on CPU the
-blocks and `lax.split` made the train step 1.2x faster.
+heads-major (H, L, Dh) operands through `rope_lab.attention` (`model.attention`: the reference
+query blocks over their causal key prefix at short lengths on CPU, the blocked online-softmax
+kernel with linear memory beyond, cuDNN on GPU where it applies).
 
 Parametrisations (`sp`, `ntk`, `mup`) differ in init scale, forward multipliers, the attention
 logit scale and per-group learning-rate multipliers (`lr_multipliers`):
@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from rope_lab.attention import attend
 from rope_lab.config import ModelConfig
 from rope_lab.positions import Frozen, PositionEncoding, make_position_encoding
 
@@ -42,11 +43,6 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # Blocks unrolled per scan iteration: all of them up to this depth, then a loop over groups of this
 # many (compile time stays flat with depth; fully unrolled is ~8% faster per step at depth 4).
 MAX_UNROLL = 8
-# Causal attention runs in query blocks of at least this size, at most this many per layer (see
-# `causal_blocks`); at L = 256 on CPU, 2, 4 and 8 blocks were all faster than 1 and within noise
-# of each other.
-ATTENTION_BLOCK = 64
-MAX_ATTENTION_BLOCKS = 8
 
 
 class Linear(eqx.Module):
@@ -133,6 +129,7 @@ class Attention(eqx.Module):
     o: Linear
     heads: int = eqx.field(static=True)
     scale: float = eqx.field(static=True)
+    implementation: str = eqx.field(static=True)
 
     def __init__(self, cfg: ModelConfig, *, key: PRNGKeyArray):
         kq, kk, kv, ko = jax.random.split(key, 4)
@@ -143,6 +140,7 @@ class Attention(eqx.Module):
         self.heads = cfg.n_heads
         d = cfg.d_head
         self.scale = 8.0 / d if cfg.parametrization == "mup" else 1.0 / math.sqrt(d)
+        self.implementation = cfg.attention
 
     def _split(self, t: Array) -> Float[Array, "L H Dh"]:
         length, width = t.shape
@@ -175,63 +173,20 @@ class Attention(eqx.Module):
     ) -> Float[Array, "*B L D"]:
         """Attend causally over the sequence index (not over position values).
 
-        The projections run on all sequences at once; attention runs per sequence (vmapped).
+        The projections run on all sequences at once; rotation runs per sequence (vmapped),
+        attention by `rope_lab.attention.attend` with the model's `attention` implementation.
         """
         q, k, v = fused_linear(x, self.q, self.k, self.v)
-        attend = self._attend
+        rotate = lambda q, k, p: self._rotated(q, k, p, encoding)
         for _ in range(x.ndim - 2):
-            attend = jax.vmap(attend, in_axes=(0, 0, 0, 0, None))
-        return self.o(attend(q, k, v, positions, encoding))
-
-    def _attend(
-        self, q: Array, k: Array, v: Array, positions: Array, encoding: PositionEncoding
-    ) -> Float[Array, "L D"]:
-        """Attention outputs (L, D), heads merged, of one sequence's projections (L, D)."""
-        length, width = q.shape
-        q, k = self._rotated(q, k, positions, encoding)
-        v = self._split(v).transpose(1, 0, 2)
-        out = jnp.concatenate(
-            [
-                self._attend_block(
-                    q[:, start:stop],
-                    k,
-                    v,
-                    encoding.bias(positions[start:stop], positions[:stop]),
-                    start,
-                    stop,
-                )
-                for start, stop in causal_blocks(length)
-            ],
-            axis=1,
+            rotate = jax.vmap(rotate)
+        q, k = rotate(q, k, positions)
+        v = jnp.swapaxes(v.reshape(*v.shape[:-1], self.heads, -1), -3, -2)
+        out = attend(
+            q, k, v, positions, encoding, scale=self.scale, implementation=self.implementation
         )
-        return out.transpose(1, 0, 2).reshape(length, width)
-
-    def _attend_block(
-        self, q: Array, k: Array, v: Array, bias: Array | None, start: int, stop: int
-    ) -> Float[Array, "H B Dh"]:
-        """Outputs of the queries (H, B, Dh) at [start, stop), which see keys [0, stop) only;
-        `bias` is that block's (H, B, stop) logit bias, or None."""
-        logits = jnp.einsum("hqd,hkd->hqk", q, k[:, :stop]).astype(jnp.float32)
-        logits = logits * self.scale
-        if bias is not None:
-            logits = logits + bias
-        causal = jnp.arange(start, stop)[:, None] >= jnp.arange(stop)[None, :]
-        logits = jnp.where(causal[None], logits, -jnp.inf)
-        weights = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
-        return jnp.einsum("hqk,hkd->hqd", weights, v[:, :stop])
-
-
-def causal_blocks(length: int) -> list[tuple[int, int]]:
-    """Query blocks [(start, stop)) tiling range(length) for causal attention.
-
-    Each block attends to keys [0, stop) only, so the matmuls and the softmax skip most of the
-    masked upper triangle: with n blocks they cost (n + 1) / (2 n) of full attention. Blocks hold
-    at least ATTENTION_BLOCK queries and there are at most MAX_ATTENTION_BLOCKS of them, since each
-    is a separately compiled pair of matmuls.
-    """
-    n = max(1, min(MAX_ATTENTION_BLOCKS, length // ATTENTION_BLOCK))
-    size = -(-length // n)
-    return [(start, min(start + size, length)) for start in range(0, length, size)]
+        out = jnp.swapaxes(out, -3, -2)
+        return self.o(out.reshape(*out.shape[:-2], -1))
 
 
 class MLP(eqx.Module):

@@ -50,6 +50,7 @@ def test_trial_id_is_stable_and_sensitive():
 def test_execution_settings_do_not_change_the_trial_id():
     a = tiny_trial()
     changed = {
+        "model.attention": "blocked",
         "train.devices": 2,
         "eval.pad_to_longest": True,
         "ntk.chunk_size": 3,

@@ -1,7 +1,6 @@
 """The Transformer: shapes, causality, scaling swaps, parametrisations."""
 
 import dataclasses
-import itertools
 
 import equinox as eqx
 import jax
@@ -11,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rope_lab import model as model_module
+from rope_lab import attention
+from rope_lab.attention import causal_blocks
 from rope_lab.config import replace
 from rope_lab.model import (
-    causal_blocks,
     count_params,
     decay_mask,
     lr_multipliers,
@@ -59,28 +58,18 @@ def test_dynamic_equals_default_up_to_train_length(length, factor, seed):
     np.testing.assert_array_equal(forward(dynamic, tokens), forward(model, tokens))
 
 
-@given(length=st.integers(1, 2000))
-def test_causal_blocks_tile_the_sequence(length):
-    blocks = causal_blocks(length)
-    assert blocks[0][0] == 0 and blocks[-1][1] == length
-    assert all(stop == start for (_, stop), (start, _) in itertools.pairwise(blocks))
-    assert 1 <= len(blocks) <= model_module.MAX_ATTENTION_BLOCKS
-    if len(blocks) > 1:
-        assert min(stop - start for start, stop in blocks) >= model_module.ATTENTION_BLOCK // 2
-        assert max(stop - start for start, stop in blocks) >= model_module.ATTENTION_BLOCK
-
-
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("length", [12, 13])
-def test_blocked_causal_attention_equals_full_attention(kind, length, monkeypatch):
-    """Query blocks that see only their key prefix give full masked attention's outputs and
-    gradients (ATTENTION_BLOCK 4: blocks of 4, 4, 4 at L = 12 and 5, 5, 3 at L = 13)."""
+def test_reference_query_blocks_equal_full_attention(kind, length, monkeypatch):
+    """The reference path's query blocks, each seeing only its key prefix, give full masked
+    attention's outputs and gradients (ATTENTION_BLOCK 4: blocks of 4, 4, 4 at L = 12 and
+    5, 5, 3 at L = 13)."""
     model = MODELS[kind]
     tokens = jax.random.randint(jax.random.PRNGKey(length), (length,), 0, 24)
     positions = jnp.arange(length) + 3
 
     def run(block):
-        monkeypatch.setattr(model_module, "ATTENTION_BLOCK", block)
+        monkeypatch.setattr(attention, "ATTENTION_BLOCK", block)
 
         def loss(m):  # a new function per setting: the block layout is fixed at trace time
             return jnp.sum(jnp.sin(m(tokens, positions)))
@@ -88,7 +77,7 @@ def test_blocked_causal_attention_equals_full_attention(kind, length, monkeypatc
         return eqx.filter_jit(eqx.filter_value_and_grad(loss))(model)
 
     blocks = []
-    monkeypatch.setattr(model_module, "causal_blocks", _recording(causal_blocks, blocks))
+    monkeypatch.setattr(attention, "causal_blocks", _recording(causal_blocks, blocks))
     (full, full_grads), (split, split_grads) = run(10_000), run(4)
     assert [len(b) for b in blocks] == [1, 3]  # the layer scan traces its body once
     np.testing.assert_allclose(split, full, rtol=1e-5)
