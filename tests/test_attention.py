@@ -206,7 +206,9 @@ def test_models_agree_across_implementations_with_batched_random_positions(kind)
     (ref_value, ref_grads), (value, grads) = results
     np.testing.assert_allclose(value, ref_value, rtol=1e-5, atol=1e-4)  # a sum of 1008 sines
     for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6 * max(1.0, float(np.abs(b).max())))
+        # atol 1e-5: a per-head constant logit bias (FIRE's b2) has an exactly zero gradient
+        # (softmax is shift-invariant), so both sides hold only rounding noise (~1e-6) there.
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(b).max())))
 
 
 @pytest.fixture
