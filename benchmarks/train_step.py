@@ -73,6 +73,7 @@ class Shape:
     length: int = LENGTH
     batch: int = BATCH
     dtype: str = "float32"  # compute dtype; parameters stay float32 on both sides
+    attention: str = "auto"  # rope_lab's `model.attention`
 
     @property
     def heads(self) -> int:
@@ -136,6 +137,7 @@ def rope_lab_trial(shape: Shape) -> TrialConfig:
         mlp="swiglu",
         position=PositionConfig(kind="rope"),
         dtype=shape.dtype,
+        attention=shape.attention,
     )
     train = TrainConfig(length=shape.length, batch_size=shape.batch, steps=1000, warmup_steps=10)
     return TrialConfig(name="bench", model=model, train=train)
@@ -307,6 +309,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--dtype", default="float32", choices=["float32", "bfloat16"], help="compute dtype"
     )
+    parser.add_argument("--attention", default="auto", help="rope_lab's model.attention")
     args = parser.parse_args(argv)
     if argv is None:  # as `rope-lab` runs: both sides share this process and its allocator
         reexec_tuned()
@@ -323,7 +326,16 @@ def main(argv: list[str] | None = None) -> None:
 
     rows, slower = [], []
     for width in args.widths:
-        shape = Shape(args.vocab, width, args.depth, HEAD_DIM, args.length, args.batch, args.dtype)
+        shape = Shape(
+            args.vocab,
+            width,
+            args.depth,
+            HEAD_DIM,
+            args.length,
+            args.batch,
+            args.dtype,
+            args.attention,
+        )
         tokens, targets = make_batch(shape)
         sides = {"rope_lab": rope_lab_side(shape, tokens, targets)}
         sides["torch"] = torch_side(shape, tokens, targets)
@@ -388,7 +400,8 @@ def main(argv: list[str] | None = None) -> None:
     notes = (
         f"Train step (forward, backward, clip, AdamW) of the same Llama-style model: vocab "
         f"{args.vocab}, head_dim {HEAD_DIM}, SwiGLU {MLP_RATIO}D, RMSNorm, RoPE, "
-        f"untied, no biases, {args.dtype} compute on float32 parameters, depth {args.depth}, "
+        f"untied, no biases, {args.dtype} compute on float32 parameters, rope_lab attention "
+        f"{args.attention}, depth {args.depth}, "
         f"batch {args.batch} x length {args.length} = {args.batch * args.length} "
         f"tokens/step; equal parameter counts checked. rope_lab: `make_train_step` on a fixed "
         f"in-memory batch (no sampling timed). torch: HF transformers `LlamaForCausalLM` (SDPA "

@@ -31,18 +31,9 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 from rope_lab.config import ATTENTION_IMPLEMENTATIONS, ConfigError
+from rope_lab.memory import BLOCK, REFERENCE_MAX_LENGTH, causal_blocks
 from rope_lab.positions import PositionEncoding
 
-# Query blocks of the reference path: at least this size, at most this many per layer (each is
-# a separately compiled pair of matmuls). At L 256 on CPU 2, 4 and 8 blocks were all faster than
-# one and within noise of each other.
-ATTENTION_BLOCK = 64
-MAX_ATTENTION_BLOCKS = 8
-# Query and key block of the blocked kernel: (H, BLOCK, BLOCK) float32 logits live at a time.
-BLOCK = 512
-# `auto` on CPU runs the reference path up to this length, where it was faster (see
-# benchmarks/long_context.py), and the blocked kernel beyond.
-REFERENCE_MAX_LENGTH = 2048
 # Logit of a masked pair: finite, so a query block whose first key block is wholly masked (a
 # sliding window) gives exp(0) placeholders, which the first unmasked block scales by
 # exp(MASKED - m) = 0. Every query sees at least itself, so each row meets an unmasked key.
@@ -142,7 +133,7 @@ def reference_attention(
     scale: float,
     window: int | None = None,
 ) -> Float[Array, "H L Dh"]:
-    """Exact softmax per query block over its causal key prefix (see `causal_blocks`)."""
+    """Exact softmax per query block over its causal key prefix (`memory.causal_blocks`)."""
     index = jnp.arange(q.shape[1])
     outs = []
     for start, stop in causal_blocks(q.shape[1]):
@@ -152,18 +143,6 @@ def reference_attention(
         weights = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
         outs.append(jnp.einsum("hqk,hkd->hqd", weights, v[:, :stop]))
     return jnp.concatenate(outs, axis=1)
-
-
-def causal_blocks(length: int) -> list[tuple[int, int]]:
-    """Query blocks [(start, stop)) tiling range(length) for the reference path.
-
-    Each block attends to keys [0, stop) only, so the matmuls and the softmax skip most of the
-    masked upper triangle: with n blocks they cost (n + 1) / (2 n) of full attention. Blocks hold
-    at least ATTENTION_BLOCK queries and there are at most MAX_ATTENTION_BLOCKS of them.
-    """
-    n = max(1, min(MAX_ATTENTION_BLOCKS, length // ATTENTION_BLOCK))
-    size = -(-length // n)
-    return [(start, min(start + size, length)) for start in range(0, length, size)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,22 +361,11 @@ def fused_attention(
     return out.reshape(*lead, *out.shape[1:])
 
 
-def logits_memory_bytes(heads: int, length: int, implementation: str) -> int:
-    """Bytes of float32 logits one sequence's attention holds at once (reference: its largest
-    query block against its key prefix; blocked: one tile)."""
-    if implementation == "reference":
-        blocks = causal_blocks(length)
-        return 4 * heads * max((stop - start) * stop for start, stop in blocks)
-    block = min(BLOCK, length)
-    return 4 * heads * block * block
-
-
 __all__ = [
     "attend",
     "blocked_attention",
     "causal_blocks",
     "choose",
     "fused_attention",
-    "logits_memory_bytes",
     "reference_attention",
 ]

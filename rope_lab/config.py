@@ -155,6 +155,9 @@ class EvalConfig:
     length and run them through one compiled forward program (exact for a causal model): one
     compilation instead of one per length, for more compute at the short lengths; pays off for
     tiny, compile-dominated trials (the smoke sweep).
+    `memory_budget_mb`: a batch whose forward would need more (`rope_lab.memory`) runs as
+    equal sub-batches that fit, with the same numbers; long lengths need no hand-picked
+    batch size.
     """
 
     length_multipliers: tuple[float, ...] = (0.25, 0.5, 1.0, 1.5, 2.0, 4.0, 8.0, 16.0)
@@ -168,6 +171,7 @@ class EvalConfig:
     finetune_lr: float = 1e-3
     accuracy_threshold: float = 0.9
     pad_to_longest: bool = False
+    memory_budget_mb: float = 4096.0
     seed: int = 1234
 
     def params_for(self, method: str) -> dict[str, Any]:
@@ -272,6 +276,7 @@ EXECUTION_FIELDS = (
     "model.attention",
     "train.devices",
     "eval.pad_to_longest",
+    "eval.memory_budget_mb",
     "ntk.chunk_size",
     "ntk.pad_to_longest",
 )
@@ -316,7 +321,7 @@ def validate(cfg: TrialConfig) -> TrialConfig:
             raise ConfigError(
                 f"eval.length_multipliers[{i}]: {mult} x train.length={tr.length} is below 1"
             )
-    for name in ("batches", "batch_size", "position_buckets"):
+    for name in ("batches", "batch_size", "position_buckets", "memory_budget_mb"):
         check_positive(getattr(ev, name), f"eval.{name}")
     check_positive(ev.finetune_steps, "eval.finetune_steps", allow_zero=True)
     if not 0 < ev.accuracy_threshold <= 1:

@@ -4,7 +4,8 @@ short fine-tune at the target length), and the text table. The extrapolation sum
 trial's rows is `rope_lab.query.extrapolation_summary`'s.
 
 Rows are plain dicts with the `eval` table's columns: step, method, factor, finetune_steps,
-length, loss, perplexity, accuracy, exact_match, position_bucket (None for whole sequences).
+length, loss, perplexity, accuracy, exact_match, position_bucket (None for whole sequences),
+sequences_per_forward (the evaluation batch is split to fit `eval.memory_budget_mb`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 from jaxtyping import Array, Int
 
 from rope_lab.config import TrialConfig, thaw
+from rope_lab.memory import sequences_per_forward
 from rope_lab.model import Transformer, with_scaling
 from rope_lab.objective import token_losses
 from rope_lab.positions import batch_positions
@@ -59,11 +61,12 @@ def _batch_sums(model: Transformer, task: Task, operands, key, batch_size: int, 
 
 
 @eqx.filter_jit(compiler_options=FEW_CALLS)  # type: ignore[call-overload]
-def _padded_batch(
+def _drawn_batch(
     task: Task, operands, keys, batch_size: int, length: int, cfg, padded_length: int
 ) -> tuple[Batch, Int[Array, "B P"]]:
     """The batch and positions of `_batch_sums` at `length`, padded on the right to
-    `padded_length` P: token and target 0, mask False, positions repeating the last real one.
+    `padded_length` P (P = length: no padding): token and target 0, mask False, positions
+    repeating the last real one.
 
     Pad slots are unscored and, the model being causal, change no real slot's logits, so any
     valid position is exact; repeating the last real one (rather than continuing p+1, p+2, ...)
@@ -80,36 +83,51 @@ def _padded_batch(
 
 
 @eqx.filter_jit(compiler_options=FEW_CALLS)  # type: ignore[call-overload]
-def _padded_sums(model: Transformer, batch: Batch, positions: Int[Array, "B P"]):
-    """`_sums` as the one forward program of `eval.pad_to_longest`: compiled once per model
-    structure and (B, P), shared by every length and RoPE scaling (only arrays change)."""
+def _forward_sums(model: Transformer, batch: Batch, positions: Int[Array, "B P"]):
+    """`_sums` as a forward program of its own: compiled once per model structure and (B, P),
+    shared by every RoPE scaling (only arrays change), every length under
+    `eval.pad_to_longest`, and every sub-batch of a batch split by the memory budget."""
     return _sums(model, batch, positions)
+
+
+def _split_sums(model: Transformer, batch: Batch, positions: Array, chunk: int):
+    """`_sums` of a (B, P) batch as B / chunk sub-batches of `chunk` sequences, added up."""
+    total = None
+    for start in range(0, batch.tokens.shape[0], chunk):
+        part = jax.tree.map(lambda x, start=start: x[start : start + chunk], (batch, positions))
+        sums = _forward_sums(model, *part)
+        total = sums if total is None else jax.tree.map(jnp.add, total, sums)
+    return total
 
 
 def evaluate_length(
     model: Transformer, task: Task, cfg: TrialConfig, length: int, *, key
 ) -> dict[str, np.ndarray | float]:
-    """Per-position loss sums, correct counts and scored counts (each (L,)) plus exact match.
+    """Per-position loss sums, correct counts and scored counts (each (L,)) plus exact match
+    and `sequences_per_forward`.
 
     With `eval.pad_to_longest` the batches (drawn exactly as without it) are padded to the
     longest evaluated length and run through one forward program shared by all lengths; the
-    model is causal, so the padding changes no real position's loss and is cut off here."""
+    model is causal, so the padding changes no real position's loss and is cut off here. A
+    batch whose forward exceeds `eval.memory_budget_mb` runs as sub-batches that fit (drawn
+    whole, so the numbers do not change)."""
     ev = cfg.eval
     loss_sum = np.zeros(length)
     correct = np.zeros(length)
     count = np.zeros(length)
     exact = n_seq = 0.0
     operands = task.operands("eval")
-    padded_length = max(length, *cfg.eval_lengths)
+    padded_length = max(length, *cfg.eval_lengths) if ev.pad_to_longest else length
+    chunk = sequences_per_forward(cfg, padded_length)
     for b in range(ev.batches):
         batch_key = jax.random.fold_in(key, b)
-        if ev.pad_to_longest:
+        if ev.pad_to_longest or chunk < ev.batch_size:
             # The key split runs outside the per-length program: one less threefry to compile.
             keys = jax.random.split(batch_key)
-            batch, positions = _padded_batch(
+            batch, positions = _drawn_batch(
                 task, operands, keys, ev.batch_size, length, cfg, padded_length
             )
-            (ls, cs, ns), ex, nq = _padded_sums(model, batch, positions)
+            (ls, cs, ns), ex, nq = _split_sums(model, batch, positions, chunk)
         else:
             (ls, cs, ns), ex, nq = _batch_sums(
                 model, task, operands, batch_key, ev.batch_size, length, cfg
@@ -124,6 +142,7 @@ def evaluate_length(
         "correct": correct,
         "count": count,
         "exact_match": exact / max(n_seq, 1.0),
+        "sequences_per_forward": chunk,
     }
 
 
@@ -141,6 +160,7 @@ def rows_for_length(
 ) -> list[dict[str, float | int | str | None]]:
     """Whole-sequence row plus one row per position bucket (bucket start in `position_bucket`)."""
     whole = _metric_row(sums["loss_sum"].sum(), sums["correct"].sum(), sums["count"].sum())
+    base = {**base, "sequences_per_forward": sums.get("sequences_per_forward")}
     rows = [
         {
             **base,

@@ -4,8 +4,6 @@ The oracle is plain attention written out in NumPy: logits q k^T * scale + bias 
 (H, L, L), causal (and sliding-window) mask, softmax, weights @ v.
 """
 
-import itertools
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -18,7 +16,6 @@ from rope_lab import attention
 from rope_lab.attention import (
     attend,
     blocked_attention,
-    causal_blocks,
     choose,
     fused_attention,
     reference_attention,
@@ -241,14 +238,3 @@ def test_attend_batches_and_picks_per_the_config():
     for b in range(2):
         want = oracle(q[b], k[b], v[b], enc.bias(positions[b], positions[b]), 0.5)
         np.testing.assert_allclose(np.asarray(got[b], np.float64), want, rtol=2e-5, atol=2e-6)
-
-
-@given(length=st.integers(1, 2000))
-def test_causal_blocks_tile_the_sequence(length):
-    blocks = causal_blocks(length)
-    assert blocks[0][0] == 0 and blocks[-1][1] == length
-    assert all(stop == start for (_, stop), (start, _) in itertools.pairwise(blocks))
-    assert 1 <= len(blocks) <= attention.MAX_ATTENTION_BLOCKS
-    if len(blocks) > 1:
-        assert min(stop - start for start, stop in blocks) >= attention.ATTENTION_BLOCK // 2
-        assert max(stop - start for start, stop in blocks) >= attention.ATTENTION_BLOCK

@@ -44,6 +44,7 @@ COLUMNS = {
     "accuracy",
     "exact_match",
     "position_bucket",
+    "sequences_per_forward",
 }
 
 

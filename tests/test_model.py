@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rope_lab import attention
-from rope_lab.attention import causal_blocks
+from rope_lab import attention, memory
 from rope_lab.config import replace
+from rope_lab.memory import causal_blocks
 from rope_lab.model import (
     count_params,
     decay_mask,
@@ -69,7 +69,7 @@ def test_reference_query_blocks_equal_full_attention(kind, length, monkeypatch):
     positions = jnp.arange(length) + 3
 
     def run(block):
-        monkeypatch.setattr(attention, "ATTENTION_BLOCK", block)
+        monkeypatch.setattr(memory, "ATTENTION_BLOCK", block)
 
         def loss(m):  # a new function per setting: the block layout is fixed at trace time
             return jnp.sum(jnp.sin(m(tokens, positions)))

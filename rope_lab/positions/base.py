@@ -85,6 +85,10 @@ class EncodingConfig:
         """Trainable scalars the encoding adds to the model."""
         return 0
 
+    def bias_floats_per_pair(self, model: ModelConfig) -> int:
+        """float32 values the bias hook holds per query-key pair of a block (memory estimate)."""
+        return model.n_heads if "bias" in self.hooks else 0
+
     def check(self, trial: TrialConfig, path: str) -> None:
         """Raise ConfigError (naming `path` and the key) if the config does not fit the trial.
 

@@ -98,6 +98,10 @@ class FireConfig(EncodingConfig):
         threshold = self.threshold_init if self.threshold_init is not None else train_length
         return Fire(model.n_heads, self.hidden, self.c_init, float(threshold), key=key)
 
+    def bias_floats_per_pair(self, model) -> int:
+        """The MLP's (hidden,) activations per pair, then one bias per head."""
+        return self.hidden + model.n_heads
+
     def n_params(self, model, *, max_length) -> int:
         """MLP weights and biases (1 -> hidden -> H), plus c and L."""
         return 2 * self.hidden + (self.hidden + 1) * model.n_heads + 2

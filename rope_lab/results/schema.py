@@ -38,6 +38,7 @@ EVAL_SCHEMA: Final = pl.Schema(
         "accuracy": pl.Float64(),
         "exact_match": pl.Float64(),
         "position_bucket": pl.Int64(),  # null: whole sequence; else bucket start position
+        "sequences_per_forward": pl.Int64(),  # eval batch split to fit eval.memory_budget_mb
     }
 )
 
