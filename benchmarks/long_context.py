@@ -7,12 +7,13 @@ resident size after imports (compilation included); `XLA temp` is the compiled p
 temporary-buffer estimate (`memory_analysis`), the part that grows with attention.
 
 Next to each measurement:
-- `/ L D`: peak RSS rise over 4 L D bytes (one float32 (L, D) activation). Constant from some L on
-  means memory grows linearly with L.
-- `/ attn bound`: time over the causal-attention FLOP bound, (FLOPs of QK^T and AV over the
-  causal triangle, L^2 D per matmul per layer; x 3.5 for a training step, whose flash backward
-  recomputes QK^T and runs four more matmuls... counted as 2 + 5 = 7 matmuls vs 2) / (float32
-  2048^3 matmul rate measured in the same process, right after the timing).
+- `/ L D`: peak RSS rise over 4 L D bytes (one float32 (L, D) activation). The rise includes a
+  fixed few hundred MB of runtime and compiler, so a ratio that falls or stays flat with L
+  means memory grows at most linearly; one that grows means worse than linear.
+- `/ attn bound`: time over the causal-attention FLOP bound: the FLOPs of QK^T and AV over
+  the causal triangle (L^2 D per matmul per layer; a training step counts 7 such matmuls,
+  the forward's two, the flash backward's recomputed QK^T and its four gradient matmuls),
+  at the float32 2048^3 matmul rate measured in the same process right after the timing.
 
 Run: `python -m benchmarks.long_context [--lengths 1024 ... 32768] [--kinds rope alibi]
 [--impls reference blocked] [--reference-max 16384] [--repeats 3] [--no-record]`.

@@ -45,8 +45,8 @@ def xla_temp_bytes_per_sequence(model_cfg: ModelConfig, vocab: int, length: int)
     [
         (128, 1024, 256, "rope", "auto"),
         (128, 4096, 256, "alibi", "blocked"),
-        (256, 2048, 32, "rope", "reference"),
-        (64, 4096, 256, "fire", "blocked"),
+        pytest.param(256, 2048, 32, "rope", "reference", marks=pytest.mark.slow),
+        pytest.param(64, 4096, 256, "fire", "blocked", marks=pytest.mark.slow),
         (64, 1536, 512, "kerple_log", "auto"),
     ],
 )
