@@ -123,6 +123,9 @@ class TrainConfig:
 
     `devices`: train data-parallel over this many local devices (None: all of them); the batch
     is split over them, so `batch_size` must be a multiple of the device count.
+    `pose_target_length`: train with PoSE (Zhu et al. 2024): each sequence of `length` tokens
+    is cut into `pose_chunks` chunks whose position ids are shifted by skips drawn uniformly,
+    so they cover [0, pose_target_length) (None: contiguous positions 0..length-1).
     """
 
     length: int = 64
@@ -141,6 +144,8 @@ class TrainConfig:
     checkpoint_every: int = 0
     eval_every: int = 0
     devices: int | None = None
+    pose_target_length: int | None = None
+    pose_chunks: int = 2
 
 
 @dataclass(frozen=True)
@@ -158,6 +163,9 @@ class EvalConfig:
     `memory_budget_mb`: a batch whose forward would need more (`rope_lab.memory`) runs as
     equal sub-batches that fit, with the same numbers; long lengths need no hand-picked
     batch size.
+    `zero_shot_temperature`: also evaluate every model (any encoding) with its attention logits
+    multiplied by max(1, log L / log L_train) at length L (the entropy-invariance argument), as
+    a zero-shot stage of its own next to the RoPE scalings.
     """
 
     length_multipliers: tuple[float, ...] = (0.25, 0.5, 1.0, 1.5, 2.0, 4.0, 8.0, 16.0)
@@ -172,6 +180,7 @@ class EvalConfig:
     accuracy_threshold: float = 0.9
     pad_to_longest: bool = False
     memory_budget_mb: float = 4096.0
+    zero_shot_temperature: bool = False
     seed: int = 1234
 
     def params_for(self, method: str) -> dict[str, Any]:
@@ -247,6 +256,8 @@ class TrialConfig:
             candidates.append(pos.max_length)
         if pos.randomized and pos.random_max_length is not None:
             candidates.append(pos.random_max_length)
+        if self.train.pose_target_length is not None:
+            candidates.append(self.train.pose_target_length)
         return max(candidates)
 
     @functools.cached_property
@@ -282,13 +293,30 @@ EXECUTION_FIELDS = (
 )
 
 
+# Fields added after trials were first run, with the value that means "as before": at that
+# value they are left out of the hash, so adding an off-by-default method keeps every existing
+# trial id (and its finished results) valid.
+NEUTRAL_DEFAULTS: dict[str, Any] = {
+    "model.layers": [],
+    "model.scalable_softmax": False,
+    "train.pose_target_length": None,
+    "train.pose_chunks": 2,
+    "eval.zero_shot_temperature": False,
+}
+
+
 def config_hash(cfg: Any, n: int = 10) -> str:
-    """Stable hex digest of a config's canonical JSON (`name` and EXECUTION_FIELDS excluded)."""
+    """Stable hex digest of a config's canonical JSON (`name`, EXECUTION_FIELDS and fields at
+    their NEUTRAL_DEFAULTS excluded)."""
     data = to_dict(cfg)
     data.pop("name", None)
     for dotted in EXECUTION_FIELDS:
         section, _, key = dotted.partition(".")
         if isinstance(data.get(section), dict):
+            data[section].pop(key, None)
+    for dotted, neutral in NEUTRAL_DEFAULTS.items():
+        section, _, key = dotted.partition(".")
+        if isinstance(data.get(section), dict) and data[section].get(key, neutral) == neutral:
             data[section].pop(key, None)
     blob = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:n]
@@ -311,6 +339,20 @@ def validate(cfg: TrialConfig) -> TrialConfig:
     if tr.devices is not None and tr.batch_size % tr.devices:
         raise ConfigError(
             f"train.batch_size: {tr.batch_size} is not divisible by train.devices={tr.devices}"
+        )
+    if tr.pose_target_length is not None and tr.pose_target_length < tr.length:
+        raise ConfigError(
+            f"train.pose_target_length: must be >= train.length={tr.length}, "
+            f"got {tr.pose_target_length!r}"
+        )
+    if not 1 <= tr.pose_chunks <= tr.length:
+        raise ConfigError(
+            f"train.pose_chunks: must be in [1, train.length={tr.length}], got {tr.pose_chunks!r}"
+        )
+    if tr.pose_target_length is not None and m.position.randomized:
+        raise ConfigError(
+            "train.pose_target_length: PoSE and model.position.randomized both choose the "
+            "training positions; set one"
         )
     if not 0 <= tr.min_lr_ratio <= 1:
         raise ConfigError(f"train.min_lr_ratio: must be in [0, 1], got {tr.min_lr_ratio!r}")
