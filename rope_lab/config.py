@@ -72,11 +72,49 @@ class PositionConfig:
 
 
 @dataclass(frozen=True)
+class LayerConfig:
+    """One kind of layer in `model.layers`, the repeating pattern of layer kinds.
+
+    `position`: this kind's own encoding (a bias or rotation family: `{kind: none}` for NoPE
+    layers, `{kind: rope, rope: {theta: 1.0e6}}` for a per-layer base); None uses
+    `model.position`. Absolute encodings add to the input once, so they stay in
+    `model.position`. `window`: sliding-window attention over the last `window` keys (None:
+    full causal). `attn_scale` > 0: Llama 4's query scaling, query i's logits times
+    1 + attn_scale log(1 + floor((p_i + 1) / floor_scale)) at position p_i. `eval_scaling`:
+    whether evaluation-time RoPE scaling (PI, YaRN, ...) applies to this kind's RoPE.
+    """
+
+    position: PositionConfig | None = None
+    window: int | None = None
+    attn_scale: float = 0.0
+    floor_scale: float = 8192.0
+    eval_scaling: bool = True
+
+    def slug(self, model: ModelConfig) -> str:
+        """Short name of the kind in trial ids, e.g. 'rope.w16' or 'none'."""
+        pos = self.position or model.position
+        theta = "" if pos.kind != "rope" or self.position is None else f"{pos.rope.theta:g}"
+        parts = [f"{pos.kind}{theta}"]
+        if self.window is not None:
+            parts.append(f"w{self.window}")
+        if self.attn_scale:
+            parts.append(f"t{self.attn_scale:g}")
+        if not self.eval_scaling:
+            parts.append("fixed")
+        return ".".join(parts)
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """Decoder-only Transformer shape. Heads default to width // head_dim (fixed head_dim).
 
     `attention` picks how attention is computed (`rope_lab.attention`: auto, blocked,
     reference, cudnn); it changes memory and speed, not results, so trial ids ignore it.
+    `layers`: a pattern of layer kinds repeated through the depth (`LayerConfig`; e.g. three
+    sliding-window RoPE layers then one full NoPE layer); empty: every layer is `LayerConfig()`.
+    `scalable_softmax`: Scalable-Softmax (Nakanishi 2025): each query's logits times
+    s_h log(n), n the number of keys it attends, s learned per head and layer (initialised to
+    1 / log(L_train), so the last training position starts at temperature 1).
     """
 
     width: int = 128
@@ -91,6 +129,38 @@ class ModelConfig:
     dtype: str = "float32"
     attention: str = "auto"
     position: PositionConfig = dataclasses.field(default_factory=PositionConfig)
+    layers: tuple[LayerConfig, ...] = ()
+    scalable_softmax: bool = False
+
+    @property
+    def pattern(self) -> tuple[LayerConfig, ...]:
+        """The repeating layer kinds (one default kind when `layers` is empty)."""
+        return self.layers or (LayerConfig(),)
+
+    def layer_position(self, layer: LayerConfig) -> PositionConfig:
+        """The encoding config a layer kind uses."""
+        return layer.position or self.position
+
+    def with_position(self, position: PositionConfig) -> ModelConfig:
+        """This config with `position` as the model-wide encoding (to build a layer's own)."""
+        return dataclasses.replace(self, position=position)
+
+    @property
+    def supports_scaling(self) -> bool:
+        """Whether evaluation-time RoPE scaling applies to any layer kind."""
+        return any(
+            self.layer_position(layer).options.supports_scaling and layer.eval_scaling
+            for layer in self.pattern
+        )
+
+    @property
+    def scaled_position(self) -> PositionConfig:
+        """The encoding config of the first layer kind evaluation scaling applies to."""
+        return next(
+            self.layer_position(layer)
+            for layer in self.pattern
+            if self.layer_position(layer).options.supports_scaling and layer.eval_scaling
+        )
 
     @property
     def n_heads(self) -> int:
@@ -264,8 +334,12 @@ class TrialConfig:
     def trial_id(self) -> str:
         """Readable slug plus a hash of the canonical config (computed once per config)."""
         m = self.model
+        layout = "".join(f"+{layer.slug(m)}" for layer in m.layers)
+        layout += "-ssmax" if m.scalable_softmax else ""
+        pose = self.train.pose_target_length
+        layout += f"-pose{pose}" if pose is not None else ""
         slug = (
-            f"{self.task.name}-{m.position.kind}{m.position.options.slug()}-w{m.width}"
+            f"{self.task.name}-{m.position.kind}{m.position.options.slug()}{layout}-w{m.width}"
             f"-d{m.depth}-L{self.train.length}-s{self.train.seed}"
         )
         return f"{slug}-{config_hash(self)}"
@@ -349,6 +423,12 @@ def validate(cfg: TrialConfig) -> TrialConfig:
         raise ConfigError(
             f"train.pose_chunks: must be in [1, train.length={tr.length}], got {tr.pose_chunks!r}"
         )
+    reads_positions = any(m.layer_position(k).options.takes_positions for k in m.pattern)
+    if tr.pose_target_length is not None and not reads_positions:
+        raise ConfigError(
+            "train.pose_target_length: PoSE needs an encoding that takes positions, "
+            f"not model.position.kind={p.kind!r}"
+        )
     if tr.pose_target_length is not None and m.position.randomized:
         raise ConfigError(
             "train.pose_target_length: PoSE and model.position.randomized both choose the "
@@ -396,6 +476,7 @@ def validate(cfg: TrialConfig) -> TrialConfig:
             raise ConfigError(f"model.head_dim: {m.head_dim} does not divide model.width={m.width}")
     check_positive(p.max_length, "model.position.max_length")
     p.options.check(cfg, f"model.position.{p.kind}")
+    _check_layers(cfg)
     TASKS.module().check_trial(cfg)
 
     nk = cfg.ntk
@@ -410,6 +491,43 @@ def validate(cfg: TrialConfig) -> TrialConfig:
         if not 0 <= step <= tr.steps:
             raise ConfigError(f"ntk.steps[{i}]: must be in [0, train.steps={tr.steps}], got {step}")
     return cfg
+
+
+def _check_layers(cfg: TrialConfig) -> None:
+    """`model.layers`: the pattern divides the depth; each kind's encoding checks itself."""
+    m = cfg.model
+    if not m.layers:
+        return
+    if m.depth % len(m.layers):
+        raise ConfigError(
+            f"model.layers: a pattern of {len(m.layers)} kinds does not divide "
+            f"model.depth={m.depth}"
+        )
+    for i, layer in enumerate(m.layers):
+        path = f"model.layers[{i}]"
+        check_positive(layer.window, f"{path}.window")
+        check_positive(layer.attn_scale, f"{path}.attn_scale", allow_zero=True)
+        check_positive(layer.floor_scale, f"{path}.floor_scale")
+        pos = layer.position
+        if pos is None:
+            continue
+        if pos.randomized or pos.max_length is not None or pos.random_max_length is not None:
+            raise ConfigError(
+                f"{path}.position: randomized / max_length / random_max_length are set on "
+                "model.position only"
+            )
+        if "embed" in pos.options.hooks:
+            raise ConfigError(
+                f"{path}.position.kind: {pos.kind!r} adds to the input once; set it as "
+                "model.position"
+            )
+        if pos.options.supports_scaling and pos.rope.scaling != "default":
+            raise ConfigError(
+                f"{path}.position.rope.scaling: a layer kind trains unscaled RoPE; "
+                f"got {pos.rope.scaling!r}"
+            )
+        layer_trial = dataclasses.replace(cfg, model=m.with_position(pos))
+        pos.options.check(layer_trial, f"{path}.position.{pos.kind}")
 
 
 def load_trial(path: str | Path) -> TrialConfig:
@@ -434,6 +552,7 @@ __all__ = [
     "PARAMETRIZATIONS",
     "ConfigError",
     "EvalConfig",
+    "LayerConfig",
     "ModelConfig",
     "NTKConfig",
     "Params",

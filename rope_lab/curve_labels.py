@@ -1,6 +1,7 @@
 """Curve labels of result rows, as polars expressions: the PE kind for an encoding as trained,
 ``"rope (linear x2)"`` for RoPE trained with a scaling, ``"rope/yarn x4"`` for a scaling applied
-at evaluation, plus ``" +ft100"`` after 100 fine-tuning steps.
+at evaluation, ``"alibi/log-length temperature"`` for the zero-shot attention temperature (method
+``"temperature"``, any encoding), plus ``" +ft100"`` after 100 fine-tuning steps.
 
 Rows carry the flattened trial config; only encodings with RoPE fields have
 ``model.position.rope.*`` columns (null elsewhere), so no kind name is tested here.
@@ -8,14 +9,68 @@ Rows carry the flattened trial config; only encodings with RoPE fields have
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Final
 
 import polars as pl
 
+from rope_lab.scaling_plan import TEMPERATURE
+
 KIND: Final = "model.position.kind"
 SCALING: Final = "model.position.rope.scaling"
 TRAIN_FACTOR: Final = "model.position.rope.factor"
+TEMPERATURE_LABEL: Final = "log-length temperature"  # what a temperature row's label names
+LAYERS: Final = "model.layers"
+SSMAX: Final = "model.scalable_softmax"
+POSE: Final = "train.pose_target_length"
+
+
+def layout_name(kind: str | None, layers_json: str | None) -> str:
+    """' [rope.w16 | none]' for a layer layout (each kind: its encoding, its window as 'w16',
+    Llama 4 query scaling as 't0.1', 'fixed' without eval scaling), '' without one."""
+    layers = json.loads(layers_json) if layers_json else []
+    if not layers:
+        return ""
+    names = []
+    for layer in layers:
+        parts = [(layer.get("position") or {}).get("kind") or kind or "?"]
+        theta = ((layer.get("position") or {}).get("rope") or {}).get("theta")
+        if theta is not None and theta != 10000.0:
+            parts[0] += f"{theta:g}"
+        if layer.get("window") is not None:
+            parts.append(f"w{layer['window']}")
+        if layer.get("attn_scale"):
+            parts.append(f"t{layer['attn_scale']:g}")
+        if layer.get("eval_scaling") is False:
+            parts.append("fixed")
+        names.append(".".join(parts))
+    return f" [{' | '.join(names)}]"
+
+
+def variant_expr(columns: Sequence[str]) -> pl.Expr:
+    """The PE kind and what else decides how positions enter: a layer layout
+    (``"rope [rope.w16 | none]"``), Scalable-Softmax (``" +SSMax"``), PoSE (``" +PoSE 256"``).
+    Trials that differ only there get distinct labels, so their curves are never pooled."""
+    out = pl.col(KIND).fill_null("?")
+    if LAYERS in columns:
+        layout = pl.struct([KIND, LAYERS]).map_elements(
+            lambda r: layout_name(r[KIND], r[LAYERS]), return_dtype=pl.String
+        )
+        out = pl.concat_str([out, layout.fill_null("")])
+    if SSMAX in columns:
+        out = pl.concat_str(
+            [
+                out,
+                pl.when(pl.col(SSMAX).fill_null(False))
+                .then(pl.lit(" +SSMax"))
+                .otherwise(pl.lit("")),
+            ]
+        )
+    if POSE in columns:
+        pose = pl.concat_str([pl.lit(" +PoSE "), pl.col(POSE).cast(pl.String)])
+        out = pl.concat_str([out, pose.fill_null("")])
+    return out
 
 
 def _factor_str(col: str) -> pl.Expr:
@@ -56,16 +111,22 @@ def trained_with_scaling(columns: Sequence[str], *, as_trained: str | None = Non
 
 
 def label_expr(columns: Sequence[str], *, as_trained: str | None = None) -> pl.Expr:
-    """Curve label: ``"alibi"``, ``"rope"``, ``"rope/yarn x4"``, ``"rope/ntk x2 +ft100"``.
+    """Curve label: ``"alibi"``, ``"rope"``, ``"rope/yarn x4"``, ``"rope/ntk x2 +ft100"``,
+    ``"alibi/log-length temperature"``.
 
     Rows of the PE as trained (:func:`trained_expr`) read the PE kind; RoPE trained with a
-    scaling reads ``"rope (linear x2)"``.
+    scaling reads ``"rope (linear x2)"``; temperature rows name no factor (their multiplier
+    follows from the evaluated length).
     """
     method = pl.col("method").fill_null("none")
     trained = trained_expr(columns, as_trained=as_trained)
-    scaled = pl.concat_str([method, pl.lit(" x"), _factor_str("factor")])
+    scaled = (
+        pl.when(method == TEMPERATURE)
+        .then(pl.lit(TEMPERATURE_LABEL))
+        .otherwise(pl.concat_str([method, pl.lit(" x"), _factor_str("factor")]))
+    )
     if KIND in columns:
-        kind = pl.col(KIND).fill_null("?")
+        kind = variant_expr(columns)
         base = kind
         if SCALING in columns and as_trained is None:
             name = [pl.col(SCALING).fill_null("default")]

@@ -1,7 +1,8 @@
 """Length-extrapolation evaluation: metrics per length and per position bucket, under each RoPE
 scaling method and factor (zero-shot, dynamic recomputed at every length; optionally after a
-short fine-tune at the target length), and the text table. The extrapolation summary of a
-trial's rows is `rope_lab.query.extrapolation_summary`'s.
+short fine-tune at the target length) and under the zero-shot log-length attention temperature
+(any encoding, its multiplier recomputed at every length), and the text table. The
+extrapolation summary of a trial's rows is `rope_lab.query.extrapolation_summary`'s.
 
 Rows are plain dicts with the `eval` table's columns: step, method, factor, finetune_steps,
 length, loss, perplexity, accuracy, exact_match, position_bucket (None for whole sequences),
@@ -22,10 +23,17 @@ from jaxtyping import Array, Int
 
 from rope_lab.config import TrialConfig, thaw
 from rope_lab.memory import sequences_per_forward
-from rope_lab.model import Transformer, with_scaling
+from rope_lab.model import Transformer, log_length_temperature, with_scaling, with_temperature
 from rope_lab.objective import token_losses
 from rope_lab.positions import batch_positions
-from rope_lab.scaling_plan import NO_SCALING, Scaling, scalings_for
+from rope_lab.scaling_plan import (
+    NO_SCALING,
+    TEMPERATURE,
+    Scaling,
+    fine_tunable,
+    finetune_scalings,
+    scalings_for,
+)
 from rope_lab.tasks import Batch, Task
 from rope_lab.train import train  # fine-tuning
 from rope_lab.xla_options import FEW_CALLS
@@ -86,7 +94,8 @@ def _drawn_batch(
 def _forward_sums(model: Transformer, batch: Batch, positions: Int[Array, "B P"]):
     """`_sums` as a forward program of its own: compiled once per model structure and (B, P),
     shared by every RoPE scaling (only arrays change), every length under
-    `eval.pad_to_longest`, and every sub-batch of a batch split by the memory budget."""
+    `eval.pad_to_longest`, and every sub-batch of a batch split by the memory budget. A
+    temperature t != 1 is static (`with_temperature`), so each such length compiles its own."""
     return _sums(model, batch, positions)
 
 
@@ -184,6 +193,21 @@ def rows_for_length(
     return rows
 
 
+def model_at_length(
+    model: Transformer, cfg: TrialConfig, scaling: Scaling, length: int
+) -> Transformer:
+    """`model` as evaluated under `scaling` at `length`: RoPE frequencies recomputed for the
+    method at `length` (dynamic depends on it); `NO_SCALING` as is; `TEMPERATURE` the model as
+    trained (`scalings_for(cfg)[0]` at `length`) with every attention logit times
+    `log_length_temperature(length, L_train)`, which is 1, the model as trained, up to L_train."""
+    if scaling.method == TEMPERATURE:
+        trained = model_at_length(model, cfg, scalings_for(cfg)[0], length)
+        return with_temperature(trained, log_length_temperature(length, cfg.train.length))
+    if scaling.method == NO_SCALING:
+        return model
+    return with_scaling(model, scaling.method, scaling.factor, thaw(scaling.params), seq_len=length)
+
+
 def evaluate_model(
     model: Transformer,
     task: Task,
@@ -195,7 +219,7 @@ def evaluate_model(
     lengths: Sequence[int] | None = None,
 ) -> list[dict]:
     """Eval rows for each scaling and length. The same data key for every scaling, so methods are
-    compared on identical batches. RoPE frequencies are recomputed per length (dynamic)."""
+    compared on identical batches. The model is rebuilt per length (`model_at_length`)."""
     lengths = cfg.eval_lengths if lengths is None else lengths
     key = jax.random.PRNGKey(cfg.eval.seed)
     rows: list[dict] = []
@@ -207,11 +231,7 @@ def evaluate_model(
             "finetune_steps": finetune_steps,
         }
         for length in lengths:
-            scaled = model
-            if scaling.method != NO_SCALING:
-                scaled = with_scaling(
-                    model, scaling.method, scaling.factor, thaw(scaling.params), seq_len=length
-                )
+            scaled = model_at_length(model, cfg, scaling, length)
             sums = evaluate_length(scaled, task, cfg, length, key=jax.random.fold_in(key, length))
             rows.extend(rows_for_length(sums, length, cfg.eval.position_buckets, base))
     return rows
@@ -225,14 +245,16 @@ def finetune_and_evaluate(
     step: int,
     scalings: Iterable[Scaling] | None = None,
 ) -> list[dict]:
-    """For each (method, factor) of a RoPE model (default: all of the eval config): fine-tune
-    `eval.finetune_steps` steps at factor x L_train with that scaling, then evaluate at every
-    length. Empty when finetune_steps is 0 or the model is not RoPE."""
+    """For each (method, factor) of a RoPE model (default: `finetune_scalings`, all of the eval
+    config): fine-tune `eval.finetune_steps` steps at factor x L_train with that scaling, then
+    evaluate at every length. Empty when finetune_steps is 0 or the model is not RoPE; scalings
+    that are zero-shot only (the temperature) are skipped."""
     ev = cfg.eval
-    if ev.finetune_steps <= 0 or not cfg.model.position.options.supports_scaling:
+    if ev.finetune_steps <= 0 or not cfg.model.supports_scaling:
         return []
     rows: list[dict] = []
-    for scaling in scalings_for(cfg)[1:] if scalings is None else scalings:
+    todo = finetune_scalings(cfg) if scalings is None else [s for s in scalings if fine_tunable(s)]
+    for scaling in todo:
         target = round(scaling.factor * cfg.train.length)
         scaled = with_scaling(
             model, scaling.method, scaling.factor, thaw(scaling.params), seq_len=target
@@ -301,9 +323,9 @@ def format_table(rows: Sequence[dict], metric: str = "accuracy") -> str:
             keys.append(k)
             cells[k] = {}
         cells[k][r["length"]] = r[metric]
-    head = f"{'method':<10}{'factor':>7}{'ft':>6} " + "".join(f"{n:>9}" for n in lengths)
+    head = f"{'method':<12}{'factor':>7}{'ft':>6} " + "".join(f"{n:>9}" for n in lengths)
     lines = [f"{metric} by evaluation length", head, "-" * len(head)]
     for k in keys:
         vals = "".join(f"{cells[k].get(n, math.nan):>9.3f}" for n in lengths)
-        lines.append(f"{k[0]:<10}{k[1]:>7g}{k[2]:>6} {vals}")
+        lines.append(f"{k[0]:<12}{k[1]:>7g}{k[2]:>6} {vals}")
     return "\n".join(lines)

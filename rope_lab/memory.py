@@ -53,8 +53,16 @@ def attention_pairs(length: int, implementation: str) -> int:
 def forward_bytes(model: ModelConfig, vocab: int, length: int) -> int:
     """Upper bound on the temporary bytes of one sequence's forward at `length` (see above)."""
     activations = 4 * length * (20 * model.width + 2 * model.d_mlp + 4 * vocab)
-    per_pair = 4 * model.n_heads + model.position.options.bias_floats_per_pair(model)
-    return activations + 4 * per_pair * attention_pairs(length, model.attention)
+    per_pair = 4 * model.n_heads + max(
+        model.layer_position(layer).options.bias_floats_per_pair(
+            model.with_position(model.layer_position(layer))
+        )
+        for layer in model.pattern
+    )
+    # a contextual term (CoPE) runs the reference path at every length
+    contextual = any("contextual" in model.layer_position(k).options.hooks for k in model.pattern)
+    implementation = "reference" if contextual else model.attention
+    return activations + 4 * per_pair * attention_pairs(length, implementation)
 
 
 def sequences_per_forward(cfg: TrialConfig, length: int) -> int:

@@ -28,6 +28,7 @@ logit scale and per-group learning-rate multipliers (`lr_multipliers`):
 
 from __future__ import annotations
 
+import copy
 import math
 
 import equinox as eqx
@@ -35,14 +36,15 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from rope_lab.attention import attend
-from rope_lab.config import ModelConfig
+from rope_lab.attention import attend, visible_keys
+from rope_lab.config import LayerConfig, ModelConfig
 from rope_lab.positions import Frozen, PositionEncoding, make_position_encoding
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # Blocks unrolled per scan iteration: all of them up to this depth, then a loop over groups of this
 # many (compile time stays flat with depth; fully unrolled is ~8% faster per step at depth 4).
 MAX_UNROLL = 8
+DEFAULT_LAYER = LayerConfig()  # full causal attention, the model-wide encoding
 
 
 class Linear(eqx.Module):
@@ -121,26 +123,53 @@ class Norm(eqx.Module):
 
 
 class Attention(eqx.Module):
-    """Causal multi-head self-attention with rotation and bias hooks."""
+    """Causal multi-head self-attention with rotation and bias hooks, and optional attention
+    temperature (`row_scale`): Scalable-Softmax's learned s_h log(n), a layer kind's Llama 4
+    query scaling, and a model-wide zero-shot temperature."""
 
     q: Linear
     k: Linear
     v: Linear
     o: Linear
+    ssmax: Float[Array, " H"] | None  # Scalable-Softmax's s per head (model.scalable_softmax)
     heads: int = eqx.field(static=True)
     scale: float = eqx.field(static=True)
     implementation: str = eqx.field(static=True)
 
-    def __init__(self, cfg: ModelConfig, *, key: PRNGKeyArray):
+    def __init__(self, cfg: ModelConfig, *, train_length: int, key: PRNGKeyArray):
         kq, kk, kv, ko = jax.random.split(key, 4)
         self.q = _linear(cfg, cfg.width, cfg.width, kq)
         self.k = _linear(cfg, cfg.width, cfg.width, kk)
         self.v = _linear(cfg, cfg.width, cfg.width, kv)
         self.o = _linear(cfg, cfg.width, cfg.width, ko)
+        s0 = 1.0 / math.log(max(train_length, 2))
+        self.ssmax = jnp.full((cfg.n_heads,), s0) if cfg.scalable_softmax else None
         self.heads = cfg.n_heads
         d = cfg.d_head
         self.scale = 8.0 / d if cfg.parametrization == "mup" else 1.0 / math.sqrt(d)
         self.implementation = cfg.attention
+
+    def row_scale(
+        self, positions: Int[Array, "*B L"], layer: LayerConfig, temperature: float
+    ) -> Float[Array, "*B H L"] | None:
+        """Each query's logit multiplier (broadcastable to (*B, H, L)), or None for 1."""
+        shape = (*positions.shape[:-1], self.heads, positions.shape[-1])
+        factors = []
+        if temperature != 1.0:
+            factors.append(jnp.full(shape, temperature, jnp.float32))
+        if layer.attn_scale:
+            p = positions.astype(jnp.float32)
+            llama4 = 1.0 + layer.attn_scale * jnp.log1p(jnp.floor((p + 1.0) / layer.floor_scale))
+            factors.append(jnp.broadcast_to(jnp.expand_dims(llama4, -2), shape))
+        if self.ssmax is not None:
+            n = jnp.arange(1, positions.shape[-1] + 1, dtype=jnp.float32)
+            if layer.window is not None:
+                n = jnp.minimum(n, layer.window)
+            factors.append(jnp.broadcast_to(self.ssmax[:, None] * jnp.log(n)[None, :], shape))
+        out = None
+        for factor in factors:
+            out = factor if out is None else out * factor
+        return out
 
     def _split(self, t: Array) -> Float[Array, "L H Dh"]:
         length, width = t.shape
@@ -153,25 +182,37 @@ class Attention(eqx.Module):
         # Heads-major (H, L, Dh) operands: both attention matmuls are plain batched matmuls.
         return q.transpose(1, 0, 2), k.transpose(1, 0, 2)
 
-    def _scores(
-        self, q: Array, k: Array, positions: Array, encoding: PositionEncoding
+    def logits(
+        self,
+        x: Float[Array, "L D"],
+        positions: Array,
+        encoding: PositionEncoding,
+        layer: LayerConfig = DEFAULT_LAYER,
+        temperature: float = 1.0,
     ) -> Float[Array, "H L L"]:
+        """Unmasked attention logits in float32: rotation, bias and row scale included."""
+        q, k = fused_linear(x, self.q, self.k)
         q, k = self._rotated(q, k, positions, encoding)
         logits = jnp.einsum("hqd,hkd->hqk", q, k).astype(jnp.float32) * self.scale
         bias = encoding.bias(positions, positions)
-        return logits if bias is None else logits + bias
-
-    def logits(
-        self, x: Float[Array, "L D"], positions: Array, encoding: PositionEncoding
-    ) -> Float[Array, "H L L"]:
-        """Unmasked attention logits in float32, position rotation and bias included."""
-        q, k = fused_linear(x, self.q, self.k)
-        return self._scores(q, k, positions, encoding)
+        logits = logits if bias is None else logits + bias
+        term = encoding.contextual_bias(q, logits, visible_keys(positions.shape[-1], layer.window))
+        logits = logits if term is None else logits + term
+        rows = self.row_scale(positions, layer, temperature)
+        return (
+            logits if rows is None else logits * jnp.broadcast_to(rows, logits.shape[:2])[..., None]
+        )
 
     def __call__(
-        self, x: Float[Array, "*B L D"], positions: Int[Array, "*B L"], encoding: PositionEncoding
+        self,
+        x: Float[Array, "*B L D"],
+        positions: Int[Array, "*B L"],
+        encoding: PositionEncoding,
+        layer: LayerConfig = DEFAULT_LAYER,
+        temperature: float = 1.0,
     ) -> Float[Array, "*B L D"]:
-        """Attend causally over the sequence index (not over position values).
+        """Attend causally over the sequence index (not over position values), within the
+        layer kind's window.
 
         The projections run on all sequences at once; rotation runs per sequence (vmapped),
         attention by `rope_lab.attention.attend` with the model's `attention` implementation.
@@ -183,7 +224,15 @@ class Attention(eqx.Module):
         q, k = rotate(q, k, positions)
         v = jnp.swapaxes(v.reshape(*v.shape[:-1], self.heads, -1), -3, -2)
         out = attend(
-            q, k, v, positions, encoding, scale=self.scale, implementation=self.implementation
+            q,
+            k,
+            v,
+            positions,
+            encoding,
+            scale=self.scale,
+            implementation=self.implementation,
+            window=layer.window,
+            row_scale=self.row_scale(positions, layer, temperature),
         )
         out = jnp.swapaxes(out, -3, -2)
         return self.o(out.reshape(*out.shape[:-2], -1))
@@ -218,29 +267,44 @@ class Block(eqx.Module):
     mlp_norm: Norm
     mlp: MLP
 
-    def __init__(self, cfg: ModelConfig, *, key: PRNGKeyArray):
+    def __init__(self, cfg: ModelConfig, *, train_length: int, key: PRNGKeyArray):
         ka, km = jax.random.split(key)
         self.attn_norm = Norm(cfg.width, cfg.norm)
-        self.attn = Attention(cfg, key=ka)
+        self.attn = Attention(cfg, train_length=train_length, key=ka)
         self.mlp_norm = Norm(cfg.width, cfg.norm)
         self.mlp = MLP(cfg, key=km)
 
-    def __call__(self, x: Array, positions: Array, encoding: PositionEncoding) -> Array:
-        """(*B, L, D) -> (*B, L, D) with positions (*B, L)."""
-        x = x + self.attn(self.attn_norm(x), positions, encoding)
+    def __call__(
+        self,
+        x: Array,
+        positions: Array,
+        encoding: PositionEncoding,
+        layer: LayerConfig = DEFAULT_LAYER,
+        temperature: float = 1.0,
+    ) -> Array:
+        """(*B, L, D) -> (*B, L, D) with positions (*B, L), as a layer of kind `layer`."""
+        x = x + self.attn(self.attn_norm(x), positions, encoding, layer, temperature)
         return x + self.mlp(self.mlp_norm(x))
 
 
 class Transformer(eqx.Module):
-    """Embedding, position encoding, `depth` stacked blocks, final norm, untied readout."""
+    """Embedding, position encoding, `depth` stacked blocks, final norm, untied readout.
+
+    Block l is of layer kind `config.pattern[l % P]` (P kinds): its window and query scaling,
+    and its encoding `layer_positions[l % P]` (None: the model-wide `position`, whose `embed`
+    hook alone adds to the input). `temperature` multiplies every attention logit (1 in
+    training; the zero-shot log-length temperature at evaluation, `with_temperature`).
+    """
 
     embedding: Float[Array, "V D"]
     position: PositionEncoding
+    layer_positions: tuple[PositionEncoding | None, ...]
     blocks: Block  # every array leaf has a leading (depth,) axis
     final_norm: Norm
     head: Linear
     config: ModelConfig = eqx.field(static=True)
     train_length: int = eqx.field(static=True)
+    temperature: float = eqx.field(static=True, default=1.0)
 
     def __init__(
         self,
@@ -256,7 +320,20 @@ class Transformer(eqx.Module):
         self.position = make_position_encoding(
             cfg, max_length=max_length, train_length=train_length, key=kp
         )
-        self.blocks = eqx.filter_vmap(lambda k: Block(cfg, key=k))(jax.random.split(kb, cfg.depth))
+        self.layer_positions = tuple(
+            None
+            if layer.position is None
+            else make_position_encoding(
+                cfg.with_position(layer.position),
+                max_length=max_length,
+                train_length=train_length,
+                key=jax.random.fold_in(kp, i + 1),
+            )
+            for i, layer in enumerate(cfg.layers)
+        )
+        self.blocks = eqx.filter_vmap(lambda k: Block(cfg, train_length=train_length, key=k))(
+            jax.random.split(kb, cfg.depth)
+        )
         self.final_norm = Norm(cfg.width, cfg.norm)
         self.head = _linear(cfg, cfg.width, vocab_size, kh, readout=True)
         self.config = cfg
@@ -270,14 +347,26 @@ class Transformer(eqx.Module):
         faster than `jax.vmap` over sequences; the result is the same."""
         positions = _default_positions(tokens, positions)
         x = self.embed(tokens, positions)
+        pattern = self.config.pattern
         params, static = eqx.partition(self.blocks, eqx.is_array)
+        # (depth, ...) -> (repeats, P, ...): one scan step runs the pattern's P kinds in turn
+        params = jax.tree.map(lambda a: a.reshape(-1, len(pattern), *a.shape[1:]), params)
 
-        def layer(h, block_params):
-            block = eqx.combine(block_params, static)
-            return block(h, positions, self.position), None
+        def repeat(h, pattern_params):
+            for i, kind in enumerate(pattern):
+                block = eqx.combine(jax.tree.map(lambda a, i=i: a[i], pattern_params), static)
+                h = block(h, positions, self.encoding_of(i), kind, self.temperature)
+            return h, None
 
-        x, _ = jax.lax.scan(layer, x, params, unroll=min(self.config.depth, MAX_UNROLL))
+        repeats = self.config.depth // len(pattern)
+        unroll = min(repeats, max(1, MAX_UNROLL // len(pattern)))
+        x, _ = jax.lax.scan(repeat, x, params, unroll=unroll)
         return self.head(self.final_norm(x)).astype(jnp.float32)
+
+    def encoding_of(self, kind: int) -> PositionEncoding:
+        """The position encoding of layer kind `kind` (an index into `config.pattern`)."""
+        own = self.layer_positions[kind] if self.layer_positions else None
+        return self.position if own is None else own
 
     def embed(
         self, tokens: Int[Array, "*B L"], positions: Int[Array, "*B L"]
@@ -296,7 +385,8 @@ class Transformer(eqx.Module):
         positions = _default_positions(tokens, positions)
         first = jax.tree.map(lambda x: x[0] if eqx.is_array(x) else x, self.blocks)
         h = first.attn_norm(self.embed(tokens, positions))
-        return first.attn.logits(h, positions, self.position)
+        kind = self.config.pattern[0]
+        return first.attn.logits(h, positions, self.encoding_of(0), kind, self.temperature)
 
     @property
     def vocab_size(self) -> int:
@@ -356,21 +446,54 @@ def with_scaling(
     *,
     seq_len: int | None = None,
 ) -> Transformer:
-    """The same model with its position encoding under a scaling method at seq_len (RoPE's
+    """The same model with its position encodings under a scaling method at seq_len (RoPE's
     frequencies recomputed; dynamic scaling depends on `seq_len`).
 
-    Encodings that do not `supports_scaling` are returned unchanged.
+    Only encodings that `supports_scaling` change, and in a layer layout only the layer kinds
+    with `eval_scaling` (the others keep the trained frequencies).
     """
-    options = model.config.position.options
-    if not options.supports_scaling:
+    cfg = model.config
+    if not cfg.supports_scaling:
         return model
-    scaled = options.with_scaling(
-        model.position,
-        model.config,
-        train_length=model.train_length,
-        kind=kind,
-        factor=factor,
-        params=params,
-        seq_len=seq_len,
+
+    def scaled(encoding: PositionEncoding, position) -> PositionEncoding:
+        if not position.options.supports_scaling:
+            return encoding
+        return position.options.with_scaling(
+            encoding,
+            cfg.with_position(position),
+            train_length=model.train_length,
+            kind=kind,
+            factor=factor,
+            params=params,
+            seq_len=seq_len,
+        )
+
+    if not cfg.layers:
+        return eqx.tree_at(lambda m: m.position, model, scaled(model.position, cfg.position))
+    layer_positions = tuple(
+        model.encoding_of(i)
+        if not layer.eval_scaling
+        else scaled(model.encoding_of(i), cfg.layer_position(layer))
+        for i, layer in enumerate(cfg.layers)
     )
-    return eqx.tree_at(lambda m: m.position, model, scaled)
+    # the model-wide encoding keeps embedding the input; layers that use it get their own copy
+    return eqx.tree_at(lambda m: m.layer_positions, model, layer_positions)
+
+
+def with_temperature(model: Transformer, temperature: float) -> Transformer:
+    """The same model with every attention logit multiplied by `temperature` (bias included).
+
+    The zero-shot log-length temperature at length L is `log_length_temperature(L, L_train)`.
+    """
+    out = copy.copy(model)
+    object.__setattr__(out, "temperature", float(temperature))  # a static field
+    return out
+
+
+def log_length_temperature(length: int, train_length: int) -> float:
+    """max(1, log L / log L_train): the logit multiplier that keeps attention entropy roughly
+    constant past the training length (1 at and below it)."""
+    if length <= train_length or train_length < 2:
+        return 1.0
+    return math.log(length) / math.log(train_length)

@@ -63,7 +63,7 @@ def param_group(path: str) -> str:
     parts = [p for p in path.replace("[", ".").replace("]", "").split(".") if p]
     if any(p.endswith("norm") for p in parts):
         return "norms"
-    if parts and parts[0] in ("embedding", "position"):
+    if parts and parts[0] in ("embedding", "position", "layer_positions"):
         return "embedding"
     if "attn" in parts:
         after = parts[parts.index("attn") + 1 : parts.index("attn") + 2]

@@ -315,14 +315,14 @@ class NTKTracker:
 
         Gradient passes are shared between scalings that give the same frequencies (dynamic
         scaling at L_train is the unscaled model for every factor)."""
-        if not self.cfg.model.position.options.supports_scaling:
+        if not self.cfg.model.supports_scaling:
             return []
         rows: list[dict] = []
         L = self.cfg.train.length
         cache: dict[tuple, GradientFeatures] = {}
 
         def features(scaled: Transformer, length: int) -> GradientFeatures:
-            rotary = scaled.position
+            rotary = (scaled.position, scaled.layer_positions)
             key = (length, *(np.asarray(x).tobytes() for x in jax.tree.leaves(rotary)))
             if key not in cache:
                 if length == L:

@@ -1,7 +1,8 @@
 """A trial's stages and the files they write: the one pipeline behind `rope-lab train` and sweeps.
 
-A trial is a train stage, then one scaling stage per RoPE (method, factor) of
-`scaling_plan.scaling_stages` (none after a divergence), then its trials row. Everything lands in
+A trial is a train stage, then one scaling stage per (method, factor) of
+`scaling_plan.scaling_stages` (RoPE's, and `temperature` x1 for any encoding under
+`eval.zero_shot_temperature`; none after a divergence), then its trials row. Everything lands in
 `trial_dir(run_dir, trial_id)`:
 
     config.yaml                      the trial config
@@ -10,7 +11,8 @@ A trial is a train stage, then one scaling stage per RoPE (method, factor) of
     ntk/ntk_<step>.parquet           NTK rows per tracked step (kernels in ntk/kernels_<step>.npz)
     model.eqx                        the trained model (not written for a diverged run)
     eval/eval_base.parquet           eval rows as trained
-    eval/eval_<method>_x<f>.parquet  eval rows of one scaling stage (zero-shot, then fine-tuned)
+    eval/eval_<method>_x<f>.parquet  eval rows of one scaling stage (zero-shot, then fine-tuned;
+                                     eval_temperature_x1: zero-shot only)
     stages/<stage>/done.json         a finished stage's result; stages/<stage>/.lock its lease
     trials/trial.parquet             the trials row (status, error, time, size, flat config)
     _SUCCESS                         the trial is finished (done or diverged)
@@ -225,8 +227,9 @@ def _timed(phases: Phases, name: str, fn: Callable) -> Callable:
 def run_scaling_stage(
     config: dict[str, Any], run_dir: str | Path, method: str, factor: float
 ) -> dict:
-    """Evaluate the trained model under one RoPE scaling (zero-shot, then fine-tuned if
-    `eval.finetune_steps` > 0), reading the model the train stage saved."""
+    """Evaluate the trained model under one scaling of `scaling_stages` (zero-shot, then for a
+    RoPE method fine-tuned if `eval.finetune_steps` > 0), reading the model the train stage
+    saved."""
     cfg = from_dict(TrialConfig, config)
     stage = stage_name(method, factor)
     return _guarded(

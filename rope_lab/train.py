@@ -35,6 +35,7 @@ from rope_lab.parallel import (
     to_default_device,
 )
 from rope_lab.positions import batch_positions
+from rope_lab.positions.pose import pose_batch_positions
 from rope_lab.tasks import Task, task_from_config
 
 
@@ -109,6 +110,7 @@ def train_step_body(
     *,
     length: int,
     mesh: Mesh | None = None,
+    pose: bool = True,
 ) -> Callable:
     """The un-jitted step `(static, params, opt_state, key, operands) -> (params, opt_state,
     metrics)`: sample a (batch_size, length) batch from `key`, one optimiser update.
@@ -116,13 +118,17 @@ def train_step_body(
     With `mesh`, the sampled batch and positions (B, L) are split over its "data" axis and the
     new parameters and optimiser state are kept replicated (see `rope_lab.parallel`).
     `metrics` holds scalar `loss` and `grad_norm`. `rope_lab.ensemble` vmaps this body.
+    With `pose` and `train.pose_target_length` set, positions are PoSE's
+    (`rope_lab.positions.pose`), else `batch_positions`'s.
     """
     batch_size = cfg.train.batch_size
+    use_pose = pose and cfg.train.pose_target_length is not None
+    positions_of = pose_batch_positions if use_pose else batch_positions
 
     def step(static, params, opt_state, key, operands):
         data_key, pos_key = jax.random.split(key)
         batch = task.sample_from(operands, batch_size, length, key=data_key)
-        positions = batch_positions(cfg, key=pos_key, batch_size=batch_size, length=length)
+        positions = positions_of(cfg, key=pos_key, batch_size=batch_size, length=length)
         if mesh is not None:
             batch, positions = constrain_batch((batch, positions), mesh)
 
@@ -147,6 +153,7 @@ def make_train_step(
     length: int,
     guard: TraceGuard,
     mesh: Mesh | None = None,
+    pose: bool = True,
 ) -> Callable:
     """A jitted `step(static, params, opt_state, key, operands) -> (params, opt_state, metrics)`.
 
@@ -154,9 +161,9 @@ def make_train_step(
     are the task's fixed arrays (e.g. a text corpus), passed as arguments, not baked into the
     compiled program as constants. With `mesh` the step is data-parallel over it; pass
     parameters, optimiser state, `static` and `operands` replicated on the mesh
-    (`rope_lab.parallel.replicate`).
+    (`rope_lab.parallel.replicate`). `pose` as in `train_step_body`.
     """
-    body = train_step_body(cfg, task, optimizer, length=length, mesh=mesh)
+    body = train_step_body(cfg, task, optimizer, length=length, mesh=mesh, pose=pose)
 
     @eqx.filter_jit(donate="all-except-first")  # type: ignore[misc]
     def step(static, params, opt_state, key, operands):
@@ -211,14 +218,18 @@ def train(
     steps: int | None = None,
     lr: float | None = None,
     data_seed: int | None = None,
+    pose: bool | None = None,
 ) -> TrainResult:
     """Train from `start_step` to `steps` (default cfg.train.steps) at `length` (default L_train).
 
     `model`/`opt_state` resume a run; the batch of step s depends only on (seed, s). Overrides of
     length/steps/lr serve fine-tuning at a target length. The step is data-parallel over
     `train.devices` local devices (None: all); the returned model is on the first device.
+    `pose`: PoSE positions when `train.pose_target_length` is set (None: unless `length` is
+    overridden, since fine-tuning trains on contiguous positions at its own target length).
     """
     tc = cfg.train
+    pose = length is None if pose is None else pose
     length = tc.length if length is None else length
     total = tc.steps if steps is None else steps
     mesh = data_mesh(resolve_devices(tc.devices, tc.batch_size))
@@ -234,7 +245,9 @@ def train(
     opt_state = replicate(optimizer.init(params) if opt_state is None else opt_state, mesh)
     operands = replicate(task.operands(), mesh)
     guard = TraceGuard("train_step")
-    step_fn = make_train_step(cfg, task, optimizer, length=length, guard=guard, mesh=mesh)
+    step_fn = make_train_step(
+        cfg, task, optimizer, length=length, guard=guard, mesh=mesh, pose=pose
+    )
     schedule = lr_schedule(sched_cfg, lr)
     seed = tc.seed if data_seed is None else data_seed
     data_key = jax.random.fold_in(jax.random.PRNGKey(seed), 1)

@@ -140,7 +140,7 @@ def to_dict(cfg: Any) -> dict[str, Any]:
         elif hints[f.name] == Params:
             out[f.name] = {k: _params_to_plain(v) for k, v in value}
         elif isinstance(value, tuple):
-            out[f.name] = list(value)
+            out[f.name] = [to_dict(v) if dataclasses.is_dataclass(v) else v for v in value]
         else:
             out[f.name] = value
     return out
@@ -227,6 +227,8 @@ def from_dict(cls: type[T], data: Mapping[str, Any], path: str = "") -> T:
         registry, tag = f.metadata["registry"], f.metadata["tag"]
         default = next(g.default for g in fields if g.name == tag)
         chosen = data.get(tag, default)
+        if isinstance(chosen, str):
+            variant_class(registry, chosen, _join(path, tag))
         names = [n for n in names if n != f.name] + list(registry.names())
         for name in (n for n in registry.names() if n in data):
             value, name_path = data[name], _join(path, name)

@@ -63,3 +63,46 @@ def unavailable(reason: str) -> NoReturn:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{reason} (CI=true: this test must run, not skip)")
     pytest.skip(reason)
+
+
+def ntk_against_jacrev(model, tokens, where):
+    """Check `sequence_kernel(model, tokens, tokens, output="trace")` against the brute-force
+    kernel of F(x) = sum_i logits_i / sqrt(V) from `jax.jacrev` over every trainable parameter,
+    and that the parameters `where(params)` selects contribute to it (the check would fail
+    without their columns). Returns (per-sequence Jacobians (N, V, P) float64, the selected
+    columns (P,) bool, `columns(where) -> (P,) bool` for further selections)."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.flatten_util import ravel_pytree
+
+    from rope_lab.model import trainable
+    from rope_lab.ntk import sequence_kernel
+
+    tokens = np.asarray(tokens)
+    params, static = eqx.partition(model, trainable(model))
+    flat, unravel = ravel_pytree(params)
+
+    def logits(theta, tok):
+        return eqx.combine(unravel(theta), static)(tok)
+
+    with jax.default_matmul_precision("highest"):
+        jac = jax.vmap(jax.jacrev(logits), in_axes=(None, 0))(flat, jnp.asarray(tokens))
+    jac = np.asarray(jac, np.float64)  # (N, L, V, P)
+    per_seq = jac.sum(1) / np.sqrt(jac.shape[2])  # (N, V, P)
+    want = np.einsum("ncp,mcp->nm", per_seq, per_seq)
+    got = np.asarray(sequence_kernel(model, tokens, tokens, output="trace"), np.float64)
+    tol = {"rtol": 2e-4, "atol": 1e-6 * np.abs(want).max()}
+    np.testing.assert_allclose(got, want, **tol)
+
+    def columns(select) -> np.ndarray:
+        mask = jax.tree.map(jnp.zeros_like, params)
+        mask = eqx.tree_at(select, mask, replace_fn=jnp.ones_like)
+        return np.asarray(ravel_pytree(mask)[0]) == 1
+
+    own = columns(where)
+    assert np.abs(per_seq[..., own]).max() > 0  # the selected parameters reach the outputs
+    part = np.einsum("ncp,mcp->nm", per_seq[..., own], per_seq[..., own])
+    assert not np.allclose(got, want - part, **tol)
+    return per_seq, own, columns

@@ -111,6 +111,59 @@ def test_blocked_gradients_equal_autodiff_of_the_reference(kind, length, block, 
         assert any(float(np.abs(x).max()) > 0 for x in jax.tree.leaves(got[3]))
 
 
+@settings(max_examples=8, deadline=None)
+@given(
+    kind=st.sampled_from(["none", "alibi", "kerple_log"]),
+    length=st.sampled_from([1, 9, 23]),
+    block=st.sampled_from([4, 16]),
+    window=st.sampled_from([None, 6]),
+    seed=st.integers(0, 99),
+)
+def test_row_scale_multiplies_each_querys_logits_bias_included(kind, length, block, window, seed):
+    """softmax(r_i (q_i k_j s + b_ij)): the oracle with the row scale applied to the whole
+    logit row, for both implementations (and r = 1 is the unscaled attention)."""
+    q, k, v = operands(seed, length)
+    rng = np.random.default_rng(seed)
+    rows = jnp.asarray(rng.uniform(0.0, 3.0, (4, length)), jnp.float32)
+    positions = jnp.arange(length, dtype=jnp.int32) * 2
+    enc = with_bias(kind)
+    bias = (
+        np.zeros((4, length, length)) if enc is None else np.asarray(enc.bias(positions, positions))
+    )
+    logits = np.einsum("hqd,hkd->hqk", np.asarray(q, np.float64), np.asarray(k, np.float64)) * 0.37
+    scaled = np.asarray(rows, np.float64)[..., None] * (logits + bias)
+    # the oracle at unit scale, bias-only input: feed the scaled logits as the bias of zero q
+    want = oracle(np.zeros_like(q), k, v, scaled, 0.37, window)
+    kw = dict(scale=0.37, window=window, row_scale=rows)
+    got_blocked = BLOCKED(q, k, v, positions, enc, block=block, **kw)
+    got_reference = REFERENCE(q, k, v, positions, enc, **kw)
+    for got in (got_blocked, got_reference):
+        np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("kind", ["none", "kerple_log"])
+def test_row_scale_gradients_of_the_blocked_kernel_equal_autodiff(kind):
+    """d/d(row scale), d/dq and the bias parameters' gradients through the custom VJP equal
+    autodiff of the reference path."""
+    length = 19
+    q, k, v = operands(3, length)
+    rows = jax.random.uniform(jax.random.PRNGKey(4), (4, length), minval=0.2, maxval=2.0)
+    positions = jnp.arange(length, dtype=jnp.int32)
+
+    def loss(fn, **kw):
+        def f(ops):
+            q, k, v, enc, r = ops
+            out = fn(q, k, v, positions, enc, scale=0.5, window=7, row_scale=r, **kw)
+            return jnp.sum(jnp.sin(out))
+
+        return eqx.filter_jit(eqx.filter_grad(f))((q, k, v, with_bias(kind), rows))
+
+    want, got = loss(reference_attention), loss(blocked_attention, block=5)
+    assert float(np.abs(want[4]).max()) > 1e-3
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6 * max(1.0, float(np.abs(b).max())))
+
+
 def test_bias_gradients_reach_the_encoding_and_would_be_wrong_without_it():
     """KERPLE's r1, r2 gradients through the blocked kernel are nonzero and equal autodiff's;
     a kernel that ignored them would leave the encoding's gradient at zero."""
@@ -186,11 +239,17 @@ def test_auto_choice_and_errors_on_cpu():
         choose("cudnn", 8, jnp.bfloat16, has_bias=False)
     with pytest.raises(ConfigError, match="allowed: auto, blocked, reference, cudnn"):
         choose("flash", 8, jnp.float32, has_bias=False)
+    assert choose("auto", 4 * limit, jnp.float32, has_bias=False, contextual=True) == "reference"
+    with pytest.raises(ConfigError, match=r"model.attention: blocked cannot add a contextual"):
+        choose("blocked", 8, jnp.float32, has_bias=False, contextual=True)
 
 
-# Three families in the default run (rotation, fixed bias, learned bias); every kind under -m slow.
+# Three families in the default run (rotation, fixed bias, learned bias); every kind under -m slow
+# but those with a contextual term (CoPE), which run on the reference path only.
 AGREE_KINDS = [
-    k if k in ("rope", "alibi", "fire") else pytest.param(k, marks=pytest.mark.slow) for k in KINDS
+    k if k in ("rope", "alibi") else pytest.param(k, marks=pytest.mark.slow)
+    for k in KINDS
+    if "contextual" not in POSITIONS[k].hooks
 ]
 
 

@@ -25,6 +25,10 @@ from rope_lab.train import make_model
 from tests.helpers import tiny_trial
 
 KINDS = ["none", "learned", "sinusoidal", "rope", "alibi"]
+# the slower whole-model checks run every kind under -m slow, rope and alibi by default
+FAST_KINDS = [
+    k if k in ("rope", "alibi") else pytest.param(k, marks=pytest.mark.slow) for k in KINDS
+]
 forward = eqx.filter_jit(lambda model, tokens: model(tokens))
 
 
@@ -58,8 +62,8 @@ def test_dynamic_equals_default_up_to_train_length(length, factor, seed):
     np.testing.assert_array_equal(forward(dynamic, tokens), forward(model, tokens))
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("length", [12, 13])
+@pytest.mark.parametrize("kind", FAST_KINDS)
+@pytest.mark.parametrize("length", [pytest.param(12, marks=pytest.mark.slow), 13])
 def test_reference_query_blocks_equal_full_attention(kind, length, monkeypatch):
     """The reference path's query blocks, each seeing only its key prefix, give full masked
     attention's outputs and gradients (ATTENTION_BLOCK 4: blocks of 4, 4, 4 at L = 12 and
@@ -86,7 +90,7 @@ def test_reference_query_blocks_equal_full_attention(kind, length, monkeypatch):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6 * max(1.0, float(np.abs(b).max())))
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", FAST_KINDS)
 def test_batched_call_equals_vmapped_sequences(kind):
     """A (B, L) batch (one matmul per dense layer over B L tokens, attention vmapped) gives
     each sequence's own logits and the same parameter gradients, with per-row positions."""
@@ -201,6 +205,7 @@ def test_mup_lr_multipliers():
     assert mults.embedding == 1.0 and mults.final_norm.weight == 1.0
 
 
+@pytest.mark.slow  # trains 2 parametrisations x 3 widths
 def test_mup_coordinate_check():
     """Under muP the change of the logits after a few Adam steps stays order one as width
     grows 4x (the coordinate check of Tensor Programs V); under SP with the same lr it grows."""

@@ -58,7 +58,7 @@ RELATIVE = {"rope": True, "alibi": True, "none": True, "learned": False, "sinuso
 
 @pytest.mark.parametrize(
     "kind",
-    [k if k in ("rope", "learned") else pytest.param(k, marks=pytest.mark.slow) for k in RELATIVE],
+    [k if k == "rope" else pytest.param(k, marks=pytest.mark.slow) for k in RELATIVE],
 )
 def test_shift_invariance_per_group_at_init_and_after_training(kind):
     """Only relative positions enter RoPE, ALiBi and NoPE logits, so at depth 2 the kernel and
@@ -122,7 +122,7 @@ def test_train_stage_writes_ntk_table_and_resumes(tmp_path):
     assert tracker.previous is not None and tracker.previous[0] == 4
 
 
-@pytest.mark.parametrize("kind", ["learned", "alibi"])
+@pytest.mark.parametrize("kind", [pytest.param("learned", marks=pytest.mark.slow), "alibi"])
 def test_padding_probes_to_the_longest_changes_no_metric(kind):
     """The model is causal: probes padded to the longest probe length (one compiled program)
     give the same rows as probes run at their own lengths."""

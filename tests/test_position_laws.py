@@ -339,6 +339,7 @@ def reference_losses(model, task, operands, cfg, key):
     return masked_loss(model, batch, positions), masked_loss(model, batch, fixed), positions.max()
 
 
+@pytest.mark.slow
 def test_training_and_evaluation_draw_the_same_positions():
     """For one key, a train step and an evaluation batch see the batch and positions that
     `batch_positions` draws from split(key)[1]; fixed positions would give another loss."""

@@ -184,7 +184,7 @@ def test_optimizer_update_is_clipped_adam_with_decay_mup_and_the_schedule():
             )
 
 
-@pytest.mark.parametrize("kind", ["rope", "learned"])
+@pytest.mark.parametrize("kind", ["rope", pytest.param("learned", marks=pytest.mark.slow)])
 def test_randomized_positions_train_and_evaluate(kind):
     from rope_lab.config import validate
     from rope_lab.evaluate import evaluate_model

@@ -14,7 +14,7 @@ from matplotlib.axes import Axes
 
 from rope_lab.fits import PowerLawFit
 from rope_lab.plots.frames import finite_rows
-from rope_lab.plots.style import DASHES, SCALED_DASH, dashed_labels
+from rope_lab.plots.style import DASHES, SCALED_DASH, TEMPERATURE_DASH, dashed_labels
 
 
 def lineplot(
@@ -31,7 +31,9 @@ def lineplot(
     marker: str | None = "o",
 ) -> None:
     """Mean ``y`` vs ``x`` per ``hue`` level with a ± 1 s.e. band over seeds (seaborn), finite
-    values only; RoPE scalings dashed when ``hue`` is the label, else dashes by ``style``."""
+    values only; scalings applied at evaluation dashed (RoPE) or dotted (the log-length
+    temperature, :func:`~rope_lab.plots.style.curve_dash`) when ``hue`` is the label, else
+    dashes by ``style``."""
     cols = list(dict.fromkeys(c for c in (x, y, hue, style) if c))
     finite = finite_rows(frame, y)
     if finite.is_empty():
@@ -42,9 +44,11 @@ def lineplot(
     if hue:
         kw.update(hue=hue, hue_order=[v for v in (order or []) if v in present], palette=palette)
     if style is None and hue == "label":
-        pdf["_scaled"] = pdf[hue].isin(dashed_labels(finite, hue))
-        style, style_order = "_scaled", [False, True]
-        kw.update(style=style, style_order=style_order, dashes={False: "", True: SCALED_DASH})
+        dashed = dashed_labels(finite, hue)
+        lines = ("", SCALED_DASH, TEMPERATURE_DASH)
+        pdf["_dash"] = [lines.index(dashed.get(v, "")) for v in pdf[hue]]
+        style, style_order = "_dash", list(range(len(lines)))
+        kw.update(style=style, style_order=style_order, dashes=dict(enumerate(lines)))
     elif style:
         present_styles = set(pdf[style])
         levels = [s for s in (style_order or sorted(present_styles)) if s in present_styles]

@@ -1,4 +1,4 @@
-"""The curves of the figures, one per PE kind / RoPE scaling: the label columns a figure's
+"""The curves of the figures, one per PE kind / scaling: the label columns a figure's
 frame carries next to its ``label`` text, and the typed :class:`Curve` read from them."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from typing import Final, NamedTuple
 import polars as pl
 
 from rope_lab import query as q
+from rope_lab.scaling_plan import TEMPERATURE
 
 LABEL_COLUMNS: Final = ("label_kind", "label_method", "label_factor", "label_finetune")
 
@@ -17,9 +18,10 @@ def label_columns(columns: Sequence[str], *, as_trained: str | None = None) -> l
     """What each row's ``label`` is made of, as the columns of :data:`LABEL_COLUMNS`.
 
     ``label_kind``: PE kind (String; null without a ``model.position.kind`` column);
-    ``label_method``: RoPE scaling method applied at evaluation (String; null for the PE as
-    trained, see :func:`~rope_lab.query.trained_expr`); ``label_factor``: its factor, or for
-    RoPE trained with a scaling the trained factor its label names (Float64, else null);
+    ``label_method``: scaling method applied at evaluation (String: a RoPE method or
+    ``"temperature"``; null for the PE as trained, see :func:`~rope_lab.query.trained_expr`);
+    ``label_factor``: its factor, or for RoPE trained with a scaling the trained factor its
+    label names (Float64, else null);
     ``label_finetune``: fine-tuning steps (Int64, 0 for none).
     """
     kind = pl.col(q.KIND).fill_null("?") if q.KIND in columns else pl.lit(None, pl.String)
@@ -65,8 +67,14 @@ class Curve(NamedTuple):
 
     @property
     def scaled(self) -> bool:
-        """A RoPE scaling applied at evaluation (drawn dashed)."""
+        """A scaling applied at evaluation: a RoPE method (drawn dashed) or the log-length
+        temperature (dotted)."""
         return self.method is not None
+
+    @property
+    def temperature(self) -> bool:
+        """The zero-shot log-length attention temperature (any PE kind)."""
+        return self.method == TEMPERATURE
 
     @property
     def family(self) -> str:

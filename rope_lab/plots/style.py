@@ -1,6 +1,7 @@
 """Look of the figures: curve order and colours (one hue per PE kind / RoPE scaling method,
-light to dark shades for its factors, all looked up by :func:`family_style`), line dashes,
-seaborn style and the figure legend."""
+light to dark shades for its factors, all looked up by :func:`family_style`; the log-length
+temperature of a PE kind in that kind's hue, dotted), line dashes, seaborn style and the figure
+legend."""
 
 from __future__ import annotations
 
@@ -15,12 +16,15 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from rope_lab import query as q
+from rope_lab.curve_labels import TEMPERATURE_LABEL
 from rope_lab.plots.curves import Curve, curves
 from rope_lab.plots.labels import format_value
 from rope_lab.registry import POSITIONS, SCALINGS
+from rope_lab.scaling_plan import TEMPERATURE
 
 DASHES: Final[tuple[Any, ...]] = ("", (4, 1.5), (1, 1.2), (5, 1.5, 1, 1.5), (2, 2), (6, 2, 2, 2))
-SCALED_DASH: Final = (4, 1.6)
+SCALED_DASH: Final = (4, 1.6)  # a RoPE scaling applied at evaluation
+TEMPERATURE_DASH: Final = (1, 1.5)  # the log-length temperature
 
 
 class FamilyStyle(NamedTuple):
@@ -34,22 +38,28 @@ class FamilyStyle(NamedTuple):
 def family_style(curve: Curve) -> FamilyStyle:
     """Legend rank and hue of ``curve``'s family, from the registries: a PE kind as trained has
     its encoding's ``order`` and ``color``; a RoPE scaling applied at evaluation ranks after every
-    kind, by its method's ``order``, in its method's light -> dark ``colors``. Unknown families
-    rank last and get a spare colour. The one place orders and colours come from."""
+    kind, by its method's ``order``, in its method's light -> dark ``colors``; the log-length
+    temperature of any kind ranks after those, by the kind's ``order``, in the kind's ``color``
+    (its dotted line, :data:`TEMPERATURE_DASH`, tells it from the kind as trained). Unknown
+    families rank last and get a spare colour. The one place orders and colours come from."""
     kinds, methods = POSITIONS.names(), SCALINGS.names()
-    last = FamilyStyle(len(kinds) + len(methods), None)
+    last = FamilyStyle(2 * len(kinds) + len(methods), None)
     if curve.kind is None or curve.kind not in POSITIONS:
         return last
     encoding = POSITIONS[curve.kind]
     if curve.method is None:
         return FamilyStyle(kinds.index(curve.kind), (encoding.color, encoding.color))
+    if curve.temperature:
+        rank = len(kinds) + len(methods) + kinds.index(curve.kind)
+        return FamilyStyle(rank, (encoding.color, encoding.color))
     if encoding.supports_scaling and curve.method in SCALINGS:
         return FamilyStyle(len(kinds) + methods.index(curve.method), SCALINGS[curve.method].colors)
     return last
 
 
 def sort_key(curve: Curve) -> tuple[int, str, float, int, str]:
-    """Legend order: PE kinds, then RoPE scalings by method, factor, fine-tuning steps."""
+    """Legend order: PE kinds, then RoPE scalings by method, factor, fine-tuning steps, then the
+    kinds' log-length temperatures."""
     return (
         family_style(curve).rank,
         curve.family,
@@ -63,6 +73,8 @@ def label_key(label: str) -> tuple[int, str, float, int, str]:
     """:func:`sort_key` of a bare label string, for tables without the label columns
     (``analysis/report.py``); figures read the columns."""
     kind, _, method = label.split(" ")[0].partition("/")
+    if label.partition("/")[2].startswith(TEMPERATURE_LABEL):
+        method = TEMPERATURE
     factor = re.search(r" x([0-9.]+)", label)
     ft = re.search(r"\+ft(\d+)", label)
     return sort_key(
@@ -110,11 +122,20 @@ def hue_mapping(frame: pl.DataFrame, hue: str) -> tuple[list[Any], dict[Any, Any
     return order, dict(zip(order, sns.color_palette("tab10", len(order)), strict=False))
 
 
-def dashed_labels(frame: pl.DataFrame, hue: str | None) -> frozenset[str]:
-    """The ``label`` values drawn dashed (RoPE scalings) when ``hue`` is the label, else none."""
+def curve_dash(curve: Curve) -> Any:
+    """A curve's line: solid ("") as trained, :data:`SCALED_DASH` for a RoPE scaling,
+    :data:`TEMPERATURE_DASH` for the log-length temperature."""
+    if not curve.scaled:
+        return ""
+    return TEMPERATURE_DASH if curve.temperature else SCALED_DASH
+
+
+def dashed_labels(frame: pl.DataFrame, hue: str | None) -> dict[str, Any]:
+    """The ``label`` values not drawn solid (scalings applied at evaluation), each with its
+    :func:`curve_dash`, when ``hue`` is the label, else none."""
     if hue != "label":
-        return frozenset()
-    return frozenset(c.label for c in curves(frame).values() if c.scaled)
+        return {}
+    return {c.label: curve_dash(c) for c in curves(frame).values() if c.scaled}
 
 
 def styled(func: Callable[..., Figure]) -> Callable[..., Figure]:
@@ -135,18 +156,19 @@ def figure_legend(
     title: str,
     *,
     styles: Sequence[Any] = (),
-    dashed: Collection[Any] = (),
+    dashed: Collection[Any] | Mapping[Any, Any] = (),
     style_title: str = "",
 ) -> None:
     """A legend right of the figure: one entry per ``order`` level in its colour (dashed for
-    those in ``dashed``), then one dash per ``styles`` level under ``style_title``."""
+    those in ``dashed``: by its dash where it maps levels to dashes, else :data:`SCALED_DASH`),
+    then one dash per ``styles`` level under ``style_title``."""
     handles: list[Any] = []
     for v in order:
         line = Line2D(
             [], [], color=palette[v], marker="o", markersize=5, linewidth=2, label=format_value(v)
         )
         if v in dashed:
-            line.set_dashes(SCALED_DASH)
+            line.set_dashes(dashed[v] if isinstance(dashed, Mapping) else SCALED_DASH)
         handles.append(line)
     if styles:
         handles.append(Line2D([], [], linestyle="none", label=""))

@@ -1,13 +1,17 @@
-"""The position-encoding interface: three hooks, a frozen-buffer wrapper, and the config base.
+"""The position-encoding interface: four hooks, a frozen-buffer wrapper, and the config base.
 
-Each encoding is an Equinox module with three hooks, all taking explicit (possibly offset or
-randomised) positions:
+Each encoding is an Equinox module with three hooks that take explicit (possibly offset or
+randomised) positions, and one that takes queries and their logits:
 
 - `embed(positions (*B, L))`: a (*B, L, D) vector added to the token embeddings, or None;
 - `rotate(q, k, positions (L,))`: q and k of shape (L, H, Dh) after rotation (RoPE), or unchanged;
 - `bias(q_positions (Lq,), k_positions (Lk,))`: an additive (H, Lq, Lk) attention-logit bias for
   one block of queries against one block of keys, or None. Attention asks only for the blocks it
-  computes, so no encoding ever builds an (H, L, L) array for the whole sequence.
+  computes, so no encoding ever builds an (H, L, L) array for the whole sequence;
+- `contextual_bias(q (H, Lq, Dh), logits (H, Lq, Lk), visible (Lq, Lk))`: an additive
+  (H, Lq, Lk) term computed from one block of queries and their logits against the whole key
+  prefix (CoPE's gated counts), or None. Only the reference attention path calls it: it needs
+  every key of a query's row at once.
 
 Each encoding has a typed, frozen config registered under its `kind` (`registry.POSITIONS`):
 its own fields, its validation, and what the rest of rope_lab asks of it as class attributes
@@ -21,7 +25,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import equinox as eqx
 import jax
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
 from rope_lab import rope
 from rope_lab.config import ConfigError
@@ -58,6 +62,17 @@ class PositionEncoding(eqx.Module):
         """Additive logit bias of queries at q_positions (Lq,) for keys at k_positions (Lk,)."""
         return None
 
+    def contextual_bias(
+        self,
+        q: Float[Array, "H Lq Dh"],
+        logits: Float[Array, "H Lq Lk"],
+        visible: Bool[Array, "Lq Lk"],
+    ) -> Float[Array, "H Lq Lk"] | None:
+        """Additive logit term of queries q (H, Lq, Dh) given their float32 logits
+        q k^T * scale (+ bias) against keys 0..Lk-1 (H, Lq, Lk) and the pairs attention keeps
+        (Lq, Lk), or None. Attention adds it before any row scale and the mask."""
+        return None
+
 
 @dataclasses.dataclass(frozen=True)
 class EncodingConfig:
@@ -71,7 +86,7 @@ class EncodingConfig:
     label: ClassVar[str]  # display name in figures and tables
     order: ClassVar[int]  # rank in legends
     color: ClassVar[str]  # its hue in figures
-    hooks: ClassVar[frozenset[str]] = frozenset()  # which of embed / rotate / bias it uses
+    hooks: ClassVar[frozenset[str]] = frozenset()  # which of embed/rotate/bias/contextual
     supports_scaling: ClassVar[bool] = False  # evaluated under RoPE scaling methods
     takes_positions: ClassVar[bool] = True  # False: positions are ignored (randomising is moot)
 
@@ -88,6 +103,11 @@ class EncodingConfig:
     def bias_floats_per_pair(self, model: ModelConfig) -> int:
         """float32 values the bias hook holds per query-key pair of a block (memory estimate)."""
         return model.n_heads if "bias" in self.hooks else 0
+
+    def extra_flops(self, model: ModelConfig, length: int) -> int:
+        """Forward FLOPs one layer spends on the encoding beyond the q k^T and A V matmuls, for
+        one sequence of `length` (`sweep plan`'s cost estimate; the base counts none)."""
+        return 0
 
     def check(self, trial: TrialConfig, path: str) -> None:
         """Raise ConfigError (naming `path` and the key) if the config does not fit the trial.

@@ -145,7 +145,7 @@ def _hint_dtype(hint: Any) -> pl.DataType:
 
 def _json_default(value: Any) -> Any:
     if _is_instance(value):
-        return dataclasses.asdict(value)
+        return typed.to_dict(value)
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, set | frozenset):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rope_lab.config import TrialConfig
-from rope_lab.scaling_plan import scalings_for
+from rope_lab.scaling_plan import finetune_scalings, scalings_for
 from rope_lab.sweep.spec import SweepSpec, axis_assignments, format_value
 
 
@@ -15,8 +15,10 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
     norms (2D each for LayerNorm, D for RMSNorm), a final norm, and the readout D V.
     Forward FLOPs of one length-L sequence: F(L) = 2 N L + 4 depth L^2 D, where N counts the
     matmul weights (blocks and readout; embedding and position tables are lookups) and
-    4 L^2 D is Q K^T plus A V over the full masked L x L matrix of each layer. A training step
-    costs 3 forward passes, so train_flops = 6 N tokens + 12 depth L^2 D per sequence.
+    4 L^2 D is Q K^T plus A V over the full masked L x L matrix of each layer, plus what each
+    layer's encoding adds (`extra_flops`: CoPE's gates, cumulative sums and q . e). A training
+    step costs 3 forward passes, so train_flops = 6 N tokens + 12 depth L^2 D per sequence
+    (plus 3 x the encodings' extra).
     Fine-tuning (RoPE, eval.finetune_steps > 0) repeats that at factor x L for each scaling;
     evaluation is forward only at every eval length, once per scaling (direct; plus each
     method x factor for RoPE, and again after fine-tuning). Periodic hooks are not counted.
@@ -26,14 +28,28 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
     norm = 2 * d if m.norm == "layernorm" else d
     matmul = m.depth * (4 * d * d + k * d * m.d_mlp) + d * v
     encoding = m.position.options.n_params(m, max_length=trial.max_length)
+    for layer in m.layers:
+        if layer.position is not None:
+            own = m.with_position(layer.position)
+            encoding += layer.position.options.n_params(own, max_length=trial.max_length)
+    if m.scalable_softmax:
+        encoding += m.depth * m.n_heads
     n_params = v * d + encoding + matmul + m.depth * 2 * norm + norm
 
+    repeats = m.depth // len(m.pattern)
+
     def seq_flops(length: int) -> int:
-        return 2 * matmul * length + 4 * m.depth * length * length * d
+        extra = repeats * sum(
+            m.layer_position(layer).options.extra_flops(
+                m.with_position(m.layer_position(layer)), length
+            )
+            for layer in m.pattern
+        )
+        return 2 * matmul * length + 4 * m.depth * length * length * d + extra
 
     scalings = [(s.method, s.factor) for s in scalings_for(trial)[1:]]
-    finetune = ev.finetune_steps if m.position.options.supports_scaling else 0
-    ft_lengths = [round(f * tr.length) for _, f in scalings] if finetune else []
+    finetune = ev.finetune_steps if m.supports_scaling else 0
+    ft_lengths = [round(s.factor * tr.length) for s in finetune_scalings(trial)] if finetune else []
     passes = 1 + len(scalings) + len(ft_lengths)
     eval_seqs = passes * ev.batches * ev.batch_size
     train_seqs, ft_seqs = tr.steps * tr.batch_size, finetune * tr.batch_size
@@ -49,6 +65,11 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
     }
     cost["total_flops"] = cost["train_flops"] + cost["finetune_flops"] + cost["eval_flops"]
     return cost
+
+
+def _layout(trial: TrialConfig) -> str:
+    """A layer layout as its kinds' short names, 'rope.w8 | none' ('-' without one)."""
+    return " | ".join(layer.slug(trial.model) for layer in trial.model.layers) or "-"
 
 
 def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
@@ -72,7 +93,10 @@ def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
     for trial in spec.trials:
         cost = estimate_cost(trial)
         totals = {name: totals[name] + cost[name] for name in summed}
-        values = [format_value(v) for v in axis_assignments(trial, spec).values()]
+        values = [
+            _layout(trial) if key == "model.layers" else format_value(v)
+            for key, v in axis_assignments(trial, spec).items()
+        ]
         rows.append([trial.trial_id, *values, _si(cost["n_params"]), *numbers(cost)])
     total = [f"total ({len(spec.trials)} trials)", *[""] * len(keys), "", *numbers(totals)]
     widths = [max(len(r[i]) for r in [header, *rows, total]) for i in range(len(header))]

@@ -1,5 +1,6 @@
-"""Run a sweep: a train stage per trial, then one scaling stage per (method, factor) of each RoPE
-trial reading the trained model from disk, then its trials row (all from `rope_lab.pipeline`).
+"""Run a sweep: a train stage per trial, then one scaling stage per (method, factor) of
+`scaling_stages` (each RoPE scaling; the log-length temperature of any trial that asks for it)
+reading the trained model from disk, then its trials row (all from `rope_lab.pipeline`).
 Ray core tasks (in-process Ray by default, any cluster with `address`), or a serial runner with
 the same interface for tests and debugging.
 

@@ -383,7 +383,7 @@ def _apply_scaling(cfg: TrialConfig, scaling: ScalingSpec | None) -> TrialConfig
     scalings) for any other encoding."""
     if scaling is None:
         return cfg
-    if not cfg.model.position.options.supports_scaling:
+    if not cfg.model.supports_scaling:
         return replace(cfg, **{"eval.methods": (), "eval.factors": (), "eval.finetune_steps": 0})
     changes = {f"eval.{f.name}": getattr(scaling, f.name) for f in dataclasses.fields(scaling)}
     return replace(cfg, **{k: v for k, v in changes.items() if v is not None})

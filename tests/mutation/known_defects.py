@@ -174,6 +174,36 @@ DEFECTS = (
         "            _TEXT_DEVICE[key] = jnp.asarray(self.data[start:stop])",
         ("tests/tasks/test_text_lm.py::test_operands_made_inside_a_trace_are_concrete",),
     ),
+    Defect(
+        "cope-counts-from-the-first-key",
+        "rope_lab/positions/cope.py",
+        "jax.lax.cumsum(gates, axis=2, reverse=True)",
+        "jax.lax.cumsum(gates, axis=2)",
+        ("tests/positions/test_cope.py",),
+    ),
+    Defect(
+        "row-scale-left-out-of-the-logit-gradient",
+        "rope_lab/attention.py",
+        "                ds = ds * ri[..., None]\n",
+        "",
+        ("tests/test_attention.py::test_row_scale_gradients_of_the_blocked_kernel_equal_autodiff",),
+    ),
+    Defect(
+        "layer-window-ignored",
+        "rope_lab/model.py",
+        "            window=layer.window,\n",
+        "",
+        (
+            "tests/test_model_layers.py::test_sliding_windows_give_a_receptive_field_of_depth_times_window",
+        ),
+    ),
+    Defect(
+        "scalable-softmax-counts-one-key-too-many",
+        "rope_lab/model.py",
+        "jnp.log(n)[None, :]",
+        "jnp.log(n + 1)[None, :]",
+        ("tests/test_model_layers.py::test_scalable_softmax_multiplies_logits_by_s_log_n",),
+    ),
 )
 
 

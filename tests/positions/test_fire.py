@@ -12,15 +12,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from jax.flatten_util import ravel_pytree
 
 from rope_lab.config import ConfigError, TrialConfig, from_dict, replace, to_dict, validate
-from rope_lab.model import count_params, trainable
-from rope_lab.ntk import sequence_kernel
+from rope_lab.model import count_params
 from rope_lab.positions import NoPE
 from rope_lab.positions.fire import Fire, FireConfig
 from rope_lab.train import make_model, train
-from tests.helpers import tiny_trial
+from tests.helpers import ntk_against_jacrev, tiny_trial
 
 
 def random_params(seed: int, heads: int, hidden: int, c: float, threshold: float) -> dict:
@@ -238,34 +236,11 @@ def test_ntk_matches_the_brute_force_jacobian():
     model = make_model(tiny_trial("fire", width=16, head_dim=8, vocab=11))
     model = eqx.tree_at(lambda m: m.position, model, encoding(random_params(2, 2, 32, 0.7, 3.0)))
     tokens = np.asarray(jax.random.randint(jax.random.PRNGKey(3), (3, 6), 0, 11))
-    params, static = eqx.partition(model, trainable(model))
-    flat, unravel = ravel_pytree(params)
-
-    def logits(theta, tok):
-        return eqx.combine(unravel(theta), static)(tok)
-
-    with jax.default_matmul_precision("highest"):
-        jac = jax.vmap(jax.jacrev(logits), in_axes=(None, 0))(flat, jnp.asarray(tokens))
-    jac = np.asarray(jac, np.float64)  # (N, L, V, P)
-    per_seq = jac.sum(1) / np.sqrt(11)  # (N, V, P)
-    want = np.einsum("ncp,mcp->nm", per_seq, per_seq)
-    got = np.asarray(sequence_kernel(model, tokens, tokens, output="trace"), np.float64)
-    np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-6 * np.abs(want).max())
-
-    def columns(where) -> np.ndarray:
-        mask = jax.tree.map(jnp.zeros_like, params)
-        mask = eqx.tree_at(where, mask, replace_fn=jnp.ones_like)
-        return np.asarray(ravel_pytree(mask)[0]) == 1
-
-    fire = columns(
-        lambda p: (
-            [getattr(p.position, f) for f in ("w1", "b1", "w2", "b2")]
-            + [p.position.log_c, p.position.log_threshold]
-        )
+    fire_params = lambda p: (
+        [getattr(p.position, f) for f in ("w1", "b1", "w2", "b2")]
+        + [p.position.log_c, p.position.log_threshold]
     )
-    assert fire.sum() == 2 * 32 + 33 * 2 + 2
+    per_seq, own, columns = ntk_against_jacrev(model, tokens, fire_params)
+    assert own.sum() == 2 * 32 + 33 * 2 + 2
     scalars = columns(lambda p: (p.position.log_c, p.position.log_threshold))
     assert np.all(np.abs(per_seq[..., scalars]).max((0, 1)) > 0)  # c and L reach the outputs
-    fire_part = np.einsum("ncp,mcp->nm", per_seq[..., fire], per_seq[..., fire])
-    # without FIRE's parameters the same check would fail:
-    assert not np.allclose(got, want - fire_part, rtol=2e-4, atol=1e-6 * np.abs(want).max())

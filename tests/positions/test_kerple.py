@@ -11,11 +11,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from jax.flatten_util import ravel_pytree
 
 from rope_lab.config import ConfigError, TrialConfig, from_dict, replace, to_dict, validate
-from rope_lab.model import count_params, trainable
-from rope_lab.ntk import sequence_kernel
+from rope_lab.model import count_params
 from rope_lab.positions import NoPE
 from rope_lab.positions.kerple import (
     KerpleLog,
@@ -26,7 +24,7 @@ from rope_lab.positions.kerple import (
     inverse_softplus,
 )
 from rope_lab.train import make_model, train
-from tests.helpers import tiny_trial
+from tests.helpers import ntk_against_jacrev, tiny_trial
 
 EPS = float(np.finfo(np.float32).eps)
 
@@ -128,25 +126,8 @@ def test_ntk_matches_the_brute_force_jacobian():
     model = make_model(tiny_trial("kerple_log", width=16, head_dim=8, vocab=11))
     model = eqx.tree_at(lambda m: m.position, model, encoding([0.7, 1.3], [0.5, 2.0]))
     tokens = np.asarray(jax.random.randint(jax.random.PRNGKey(3), (3, 6), 0, 11))
-    params, static = eqx.partition(model, trainable(model))
-    flat, unravel = ravel_pytree(params)
-
-    def logits(theta, tok):
-        return eqx.combine(unravel(theta), static)(tok)
-
-    with jax.default_matmul_precision("highest"):
-        jac = jax.vmap(jax.jacrev(logits), in_axes=(None, 0))(flat, jnp.asarray(tokens))
-    jac = np.asarray(jac, np.float64)  # (N, L, V, P)
-    per_seq = jac.sum(1) / np.sqrt(11)  # (N, V, P)
-    want = np.einsum("ncp,mcp->nm", per_seq, per_seq)
-    got = np.asarray(sequence_kernel(model, tokens, tokens, output="trace"), np.float64)
-    np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-6 * np.abs(want).max())
-    is_r = jax.tree.map(jnp.zeros_like, params)
-    is_r = eqx.tree_at(lambda p: (p.position.raw_r1, p.position.raw_r2), is_r, [jnp.ones(2)] * 2)
-    sel = np.asarray(ravel_pytree(is_r)[0]) == 1
-    r_part = np.einsum("ncp,mcp->nm", per_seq[..., sel], per_seq[..., sel])
-    assert sel.sum() == 4  # without KERPLE's parameters the same check would fail:
-    assert not np.allclose(got, want - r_part, rtol=2e-4, atol=1e-6 * np.abs(want).max())
+    _, own, _ = ntk_against_jacrev(model, tokens, lambda p: (p.position.raw_r1, p.position.raw_r2))
+    assert own.sum() == 4
 
 
 # KERPLE-power
@@ -305,23 +286,8 @@ def test_power_ntk_matches_the_brute_force_jacobian():
     model = make_model(tiny_trial("kerple_power", width=16, head_dim=8, vocab=11))
     model = eqx.tree_at(lambda m: m.position, model, power_encoding([0.2, 0.6], [0.5, 1.2]))
     tokens = np.asarray(jax.random.randint(jax.random.PRNGKey(3), (3, 6), 0, 11))
-    params, static = eqx.partition(model, trainable(model))
-    flat, unravel = ravel_pytree(params)
-
-    def logits(theta, tok):
-        return eqx.combine(unravel(theta), static)(tok)
-
-    with jax.default_matmul_precision("highest"):
-        jac = jax.vmap(jax.jacrev(logits), in_axes=(None, 0))(flat, jnp.asarray(tokens))
-    jac = np.asarray(jac, np.float64)  # (N, L, V, P)
-    assert np.all(np.isfinite(jac))
-    per_seq = jac.sum(1) / np.sqrt(11)  # (N, V, P)
-    want = np.einsum("ncp,mcp->nm", per_seq, per_seq)
-    got = np.asarray(sequence_kernel(model, tokens, tokens, output="trace"), np.float64)
-    np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-6 * np.abs(want).max())
-    is_r = jax.tree.map(jnp.zeros_like, params)
-    is_r = eqx.tree_at(lambda p: (p.position.raw_r1, p.position.raw_r2), is_r, [jnp.ones(2)] * 2)
-    sel = np.asarray(ravel_pytree(is_r)[0]) == 1
-    r_part = np.einsum("ncp,mcp->nm", per_seq[..., sel], per_seq[..., sel])
-    assert sel.sum() == 4  # without KERPLE-power's parameters the same check would fail:
-    assert not np.allclose(got, want - r_part, rtol=2e-4, atol=1e-6 * np.abs(want).max())
+    per_seq, own, _ = ntk_against_jacrev(
+        model, tokens, lambda p: (p.position.raw_r1, p.position.raw_r2)
+    )
+    assert np.all(np.isfinite(per_seq))
+    assert own.sum() == 4

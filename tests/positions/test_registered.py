@@ -28,7 +28,8 @@ def test_attributes_and_hooks_agree_with_what_the_module_does(kind):
     cfg = validate(tiny_trial(kind))
     options = cfg.model.position.options
     assert isinstance(options, EncodingConfig) and type(options) is POSITIONS[kind]
-    assert isinstance(options.label, str) and options.hooks <= {"embed", "rotate", "bias"}
+    assert isinstance(options.label, str)
+    assert options.hooks <= {"embed", "rotate", "bias", "contextual"}
     model = make_model(cfg)
     enc = model.position
     assert isinstance(enc, PositionEncoding)
@@ -42,6 +43,12 @@ def test_attributes_and_hooks_agree_with_what_the_module_does(kind):
     assert ("bias" in options.hooks) == (bias is not None)
     if bias is not None:
         assert bias.shape == (cfg.model.n_heads, 3, 6)
+    logits = jax.random.normal(jax.random.PRNGKey(1), (cfg.model.n_heads, 3, 6))
+    visible = jnp.arange(6)[None, :] <= jnp.arange(2, 5)[:, None]
+    term = enc.contextual_bias(q[2:5].transpose(1, 0, 2), logits, visible)
+    assert ("contextual" in options.hooks) == (term is not None)
+    if term is not None:
+        assert term.shape == (cfg.model.n_heads, 3, 6)
     nope = make_model(tiny_trial("none"))
     added = count_params(model) - count_params(nope)
     assert options.n_params(cfg.model, max_length=cfg.max_length) == added

@@ -17,15 +17,13 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from jax.flatten_util import ravel_pytree
 
 from rope_lab.config import ConfigError, TrialConfig, from_dict, replace, to_dict, validate
-from rope_lab.model import count_params, trainable
-from rope_lab.ntk import sequence_kernel
+from rope_lab.model import count_params
 from rope_lab.positions import NoPE
 from rope_lab.positions.t5 import T5Bias, T5BiasConfig
 from rope_lab.train import make_model, train
-from tests.helpers import tiny_trial
+from tests.helpers import ntk_against_jacrev, tiny_trial
 
 
 def t5_bucket(n: int, num_buckets: int, max_distance: int) -> int:
@@ -264,22 +262,5 @@ def test_ntk_matches_the_brute_force_jacobian():
     model = make_model(tiny_trial("t5_bias", width=16, head_dim=8, vocab=11))
     model = eqx.tree_at(lambda m: m.position, model, encoding(random_table(2, 32, seed=3)))
     tokens = np.asarray(jax.random.randint(jax.random.PRNGKey(3), (3, 6), 0, 11))
-    params, static = eqx.partition(model, trainable(model))
-    flat, unravel = ravel_pytree(params)
-
-    def logits(theta, tok):
-        return eqx.combine(unravel(theta), static)(tok)
-
-    with jax.default_matmul_precision("highest"):
-        jac = jax.vmap(jax.jacrev(logits), in_axes=(None, 0))(flat, jnp.asarray(tokens))
-    jac = np.asarray(jac, np.float64)  # (N, L, V, P)
-    per_seq = jac.sum(1) / np.sqrt(11)  # (N, V, P)
-    want = np.einsum("ncp,mcp->nm", per_seq, per_seq)
-    got = np.asarray(sequence_kernel(model, tokens, tokens, output="trace"), np.float64)
-    np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-6 * np.abs(want).max())
-    is_table = jax.tree.map(jnp.zeros_like, params)
-    is_table = eqx.tree_at(lambda p: p.position.table, is_table, jnp.ones((2, 32)))
-    sel = np.asarray(ravel_pytree(is_table)[0]) == 1
-    table_part = np.einsum("ncp,mcp->nm", per_seq[..., sel], per_seq[..., sel])
-    assert sel.sum() == 64  # without the table's columns the same check would fail:
-    assert not np.allclose(got, want - table_part, rtol=2e-4, atol=1e-6 * np.abs(want).max())
+    _, own, _ = ntk_against_jacrev(model, tokens, lambda p: p.position.table)
+    assert own.sum() == 64

@@ -103,6 +103,7 @@ def test_divergence_is_a_result(tmp_path):
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_ray_sweep_matches_serial(tiny_spec, tmp_path):
     spec = load_spec(tiny_spec)
     serial = run_sweep(spec, tmp_path / "serial", runner="serial", progress=False)

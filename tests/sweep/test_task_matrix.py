@@ -21,7 +21,9 @@ TASK_PARAMS = {
 }
 
 
-@pytest.mark.parametrize("pad", [False, True], ids=["unpadded", "padded"])
+@pytest.mark.parametrize(
+    "pad", [pytest.param(False, marks=pytest.mark.slow), True], ids=["unpadded", "padded"]
+)
 @pytest.mark.parametrize("task", list(TASK_PARAMS))
 def test_every_task_runs_through_the_sweep_with_ntk_tracking(task, pad, tmp_path):
     """A fresh corpus file per run, so no device copy is cached before the sweep's first draw."""
