@@ -143,7 +143,7 @@ class Attention(eqx.Module):
         self.v = _linear(cfg, cfg.width, cfg.width, kv)
         self.o = _linear(cfg, cfg.width, cfg.width, ko)
         s0 = 1.0 / math.log(max(train_length, 2))
-        self.ssmax = jnp.full((cfg.n_heads,), s0) if cfg.scalable_softmax else None
+        self.ssmax = jnp.full((cfg.n_heads,), s0, jnp.float32) if cfg.scalable_softmax else None
         self.heads = cfg.n_heads
         d = cfg.d_head
         self.scale = 8.0 / d if cfg.parametrization == "mup" else 1.0 / math.sqrt(d)

@@ -67,7 +67,7 @@ def param_group(path: str) -> str:
         return "embedding"
     if "attn" in parts:
         after = parts[parts.index("attn") + 1 : parts.index("attn") + 2]
-        if after in (["q"], ["k"]):
+        if after in (["q"], ["k"], ["ssmax"]):  # Scalable-Softmax's s scales q . k
             return "attention_qk"
         if after in (["v"], ["o"]):
             return "attention_vo"

@@ -180,6 +180,10 @@ def test_scalable_softmax_s_is_trained_and_counted():
     grads = eqx.filter_grad(lambda m: jnp.sum(jnp.sin(m(tokens(10)))))(model)
     assert np.abs(np.asarray(grads.blocks.attn.ssmax)).min() > 0
     assert estimate_cost(trial)["n_params"] == count_params(model)
+    assert param_group(".blocks.attn.ssmax") == "attention_qk"
+    toks = jax.random.randint(jax.random.PRNGKey(3), (3, 6), 0, 24)
+    _, own, _ = ntk_against_jacrev(model, toks, lambda p: p.blocks.attn.ssmax)
+    assert own.sum() == 2 * 4
 
 
 def test_plan_counts_a_layer_kinds_own_encoding_parameters():
@@ -300,3 +304,19 @@ def test_labels_tell_layouts_ssmax_and_pose_apart():
         "rope [rope1e+06.fixed] +SSMax",
         "alibi +PoSE 64",
     ]
+
+
+def test_a_layout_with_scalable_softmax_trains_without_retracing():
+    """Three optimiser steps compile the step once (a weakly typed s would retrace it after the
+    first update) and move s."""
+    from rope_lab.train import train
+
+    trial = layered(
+        [{"window": 4}, {**NONE, "attn_scale": 0.1, "floor_scale": 4}],
+        depth=2,
+        **{"model.scalable_softmax": True, "train.steps": 3},
+    )
+    start = make_model(trial)
+    result = train(trial, model=start)
+    moved = np.abs(np.asarray(result.model.blocks.attn.ssmax - start.blocks.attn.ssmax))
+    assert moved.min() > 0
