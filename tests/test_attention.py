@@ -58,7 +58,7 @@ def with_bias(kind):
     return ENCODINGS[kind] if kind in BIAS_KINDS else None
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(
     kind=st.sampled_from(["none", *BIAS_KINDS]),
     length=st.sampled_from([1, 7, 16, 29]),

@@ -80,7 +80,7 @@ def fire_bias(p: dict, q_pos, k_pos) -> np.ndarray:
 scalars = st.tuples(st.floats(-3.0, 1.0), st.floats(0.0, 4.0))  # log10 c, log10 L
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(
     seed=st.integers(0, 2**31 - 1),
     heads=st.integers(1, 4),
