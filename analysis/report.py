@@ -10,7 +10,8 @@ Writes into ``--out``:
 - ``report.md``: what was run (trials, PE kinds, widths, seeds, L_train), then tables (means
   over seeds): the longest length keeping >= threshold x the L_train accuracy, accuracy by
   evaluation length, loss ratios at k x L_train, power-law fits of loss vs width per PE kind,
-  NTK drift slopes (when the runs have NTK rows), and links to the figures;
+  NTK drift slopes (when the runs have NTK rows), the verdicts of the published claims
+  (`rope-lab claims`), and links to the figures;
 - ``extrapolation_summary.csv``: one row per trial x (method, factor, fine-tuning steps);
 - figures (one file per format): ``extrapolation`` (accuracy vs length), ``extrapolation_loss``,
   ``positions``, ``scaling``, ``summary``, and ``ntk-drift`` / ``ntk-cross`` with NTK rows.
@@ -162,7 +163,23 @@ def tables(res: q.Results, threshold: float) -> tuple[list[str], pl.DataFrame]:
             ),
             "",
         ]
+    lines += claims_lines(res)
     return lines, summ
+
+
+def claims_lines(res: q.Results) -> list[str]:
+    """The verdict table of every registered claim (`rope-lab claims`), as markdown."""
+    from rope_lab.claims import format_verdicts, judge
+
+    return [
+        "## Claims",
+        "",
+        "Published claims judged on these runs (`rope-lab claims`): the effect on the seed "
+        "means, its 95% bootstrap interval over seeds, and the verdict against the threshold.",
+        "",
+        format_verdicts(judge(res), "md"),
+        "",
+    ]
 
 
 FIGURES: tuple[tuple[str, str, dict[str, str]], ...] = (

@@ -57,7 +57,7 @@ def _cmd_sweep_run(args: argparse.Namespace) -> int:
     from rope_lab.sweep.spec import load_spec
 
     spec = load_spec(args.spec)  # validated before any work starts
-    from rope_lab.sweep.report import summary_table
+    from rope_lab.sweep.report import failure_lines, next_steps, summary_table
     from rope_lab.sweep.runner import run_sweep
 
     print(
@@ -69,11 +69,16 @@ def _cmd_sweep_run(args: argparse.Namespace) -> int:
     if not args.no_plots:
         for path in _write_plots(summary.run_dir):
             print(f"plot written: {path}")
+    failures = failure_lines(summary.run_dir, summary.statuses)
+    if failures:
+        print("\nfailed or diverged trials:")
+        print("\n".join(f"  {line}" for line in failures))
     print(
         f"\n{summary.count('done')} done, {summary.count('diverged')} diverged, "
         f"{summary.count('failed')} failed, {summary.skipped} skipped (already finished), "
         f"{summary.count('busy')} busy (held by another driver); wall {summary.wall_time_s:.1f}s"
     )
+    print("\n".join(next_steps(summary.run_dir)))
     return 1 if summary.count("failed") else 0
 
 
@@ -139,7 +144,12 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         default="ray",
         help="ray (default) or serial: same stages in this process, for debugging",
     )
-    p.add_argument("--out", type=Path, default=Path("runs"), help="parent of the run directory")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("runs"),
+        help="parent of the run directory OUT/NAME (NAME: the spec's name; default runs)",
+    )
     p.add_argument(
         "--no-plots",
         action="store_true",
@@ -188,9 +198,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_train)
     _add_sweep(sub)
+    from rope_lab.claims.cli import add_command as add_claims
     from rope_lab.cli_analysis import add_commands
 
     add_commands(sub)
+    add_claims(sub)
     return parser
 
 

@@ -143,7 +143,7 @@ def _readable(frame: Any, table: str, selected: bool) -> tuple[Any, int]:
         if c not in skip
         and (c not in RUN_COLUMNS or c == "train.seed")
         and not c.startswith("eval.")
-        and c != "n_params"
+        and c not in ("n_params", "n_params_non_embedding")
         and not isinstance(frame.schema[c], pl.List | pl.Datetime)
     ]
     shown = [*varying_columns(frame, candidates), *view] if len(frame) > 1 else view
@@ -306,7 +306,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
     p.add_argument("--out", type=Path, metavar="FILE", help="figure file (.png or .pdf)")
     p.add_argument("--metric", help="y: accuracy, loss, perplexity, exact_match, error_rate, "
-                   "or an NTK metric (distance_from_init, ...)")  # fmt: skip
+                   "or an NTK metric (distance_from_init, ...); extrapolation default: loss for "
+                   "language-model tasks (lm_text, lm_synthetic), accuracy otherwise")  # fmt: skip
     p.add_argument("--x", help="x column (extrapolation: length or length_ratio; "
                    "scaling / ntk-drift: model.width or n_params)")  # fmt: skip
     p.add_argument(

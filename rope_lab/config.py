@@ -224,7 +224,9 @@ class EvalConfig:
 
     Lengths are `length_multipliers` x L_train. RoPE models are also evaluated under each
     scaling `method` at each `factor` (zero-shot; and after `finetune_steps` steps at
-    factor x L_train when that is > 0). `method_params` holds per-method parameters, e.g.
+    factor x L_train when that is > 0, for the `finetune_methods` at the `finetune_factors`
+    only when those are given: e.g. `[linear, default]` fine-tunes PI and, as its control,
+    unscaled RoPE at the same target length). `method_params` holds per-method parameters, e.g.
     `{llama3: {low_freq_factor: 1, high_freq_factor: 4}}`.
     `pad_to_longest`: pad every length's batches (drawn as without it) to the longest evaluated
     length and run them through one compiled forward program (exact for a causal model): one
@@ -247,6 +249,8 @@ class EvalConfig:
     method_params: Params = (("llama3", (("high_freq_factor", 4.0), ("low_freq_factor", 1.0))),)
     finetune_steps: int = 0
     finetune_lr: float = 1e-3
+    finetune_methods: tuple[str, ...] = ()
+    finetune_factors: tuple[float, ...] = ()
     accuracy_threshold: float = 0.9
     pad_to_longest: bool = False
     memory_budget_mb: float = 4096.0
@@ -376,6 +380,8 @@ NEUTRAL_DEFAULTS: dict[str, Any] = {
     "train.pose_target_length": None,
     "train.pose_chunks": 2,
     "eval.zero_shot_temperature": False,
+    "eval.finetune_methods": [],
+    "eval.finetune_factors": [],
 }
 
 
@@ -446,6 +452,16 @@ def validate(cfg: TrialConfig) -> TrialConfig:
     for name in ("batches", "batch_size", "position_buckets", "memory_budget_mb"):
         check_positive(getattr(ev, name), f"eval.{name}")
     check_positive(ev.finetune_steps, "eval.finetune_steps", allow_zero=True)
+    for name, chosen, among in (
+        ("finetune_methods", ev.finetune_methods, ev.methods),
+        ("finetune_factors", ev.finetune_factors, ev.factors),
+    ):
+        for i, value in enumerate(chosen):
+            if value not in among:
+                raise ConfigError(
+                    f"eval.{name}[{i}]: {value!r} is not among eval.{name[9:]} "
+                    f"{list(among)}; fine-tuning applies to evaluated scalings"
+                )
     if not 0 < ev.accuracy_threshold <= 1:
         raise ConfigError(
             f"eval.accuracy_threshold: must be in (0, 1], got {ev.accuracy_threshold!r}"

@@ -9,12 +9,14 @@ Rows carry the flattened trial config; only encodings with RoPE fields have
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from typing import Final
 
 import polars as pl
 
+from rope_lab.registry import POSITIONS
 from rope_lab.scaling_plan import TEMPERATURE
 
 KIND: Final = "model.position.kind"
@@ -24,6 +26,23 @@ TEMPERATURE_LABEL: Final = "log-length temperature"  # what a temperature row's 
 LAYERS: Final = "model.layers"
 SSMAX: Final = "model.scalable_softmax"
 POSE: Final = "train.pose_target_length"
+RANDOMIZED: Final = "model.position.randomized"
+# RoPE fields the label names elsewhere (a training-time scaling reads "rope (linear x2)")
+_NAMED_ELSEWHERE: Final = frozenset({"scaling", "factor", "params"})
+
+
+def _option_columns(columns: Sequence[str]) -> list[str]:
+    """Flattened encoding fields, ``model.position.<kind>.<field>``, that a label may name."""
+    out = []
+    for col in columns:
+        parts = col.split(".")
+        if (
+            len(parts) == 4
+            and parts[:2] == ["model", "position"]
+            and parts[3] not in _NAMED_ELSEWHERE
+        ):
+            out.append(col)
+    return out
 
 
 def layout_name(kind: str | None, layers_json: str | None) -> str:
@@ -48,11 +67,37 @@ def layout_name(kind: str | None, layers_json: str | None) -> str:
     return f" [{' | '.join(names)}]"
 
 
+def _option_expr(col: str) -> pl.Expr | None:
+    """``" name value"`` where the row's encoding owns field ``col`` and it is off its default
+    (native expressions: a Python function inside when/then branches was not applied to every
+    row)."""
+    _, _, owner, name = col.split(".")
+    if owner not in POSITIONS:
+        return None
+    defaults = {f.name: f.default for f in dataclasses.fields(POSITIONS[owner])}
+    if name not in defaults:
+        return None
+    value = pl.col(col)
+    off = (pl.col(KIND) == owner) & value.is_not_null()
+    if defaults[name] is not None:
+        off = off & (value != defaults[name])
+    shown = value.cast(pl.String).str.replace(r"\.0$", "")
+    return pl.when(off).then(pl.concat_str([pl.lit(f" {name} "), shown])).otherwise(pl.lit(""))
+
+
 def variant_expr(columns: Sequence[str]) -> pl.Expr:
-    """The PE kind and what else decides how positions enter: a layer layout
-    (``"rope [rope.w16 | none]"``), Scalable-Softmax (``" +SSMax"``), PoSE (``" +PoSE 256"``).
+    """The PE kind and what else decides how positions enter: its fields that differ from their
+    defaults (``"rope rotary_fraction 0.25"``), randomised positions (``" +randomized"``), a
+    layer layout (``"rope [rope.w16 | none]"``), Scalable-Softmax (``" +SSMax"``), PoSE
+    (``" +PoSE 256"``).
     Trials that differ only there get distinct labels, so their curves are never pooled."""
     out = pl.col(KIND).fill_null("?")
+    parts = [_option_expr(col) for col in _option_columns(columns)]
+    if parts:
+        out = pl.concat_str([out, *(p for p in parts if p is not None)])
+    if RANDOMIZED in columns:
+        randomized = pl.when(pl.col(RANDOMIZED).fill_null(False)).then(pl.lit(" +randomized"))
+        out = pl.concat_str([out, randomized.otherwise(pl.lit(""))])
     if LAYERS in columns:
         layout = pl.struct([KIND, LAYERS]).map_elements(
             lambda r: layout_name(r[KIND], r[LAYERS]), return_dtype=pl.String

@@ -30,7 +30,7 @@ from rope_lab.scaling_plan import (
     NO_SCALING,
     TEMPERATURE,
     Scaling,
-    fine_tunable,
+    fine_tuned,
     finetune_scalings,
     scalings_for,
 )
@@ -245,15 +245,18 @@ def finetune_and_evaluate(
     step: int,
     scalings: Iterable[Scaling] | None = None,
 ) -> list[dict]:
-    """For each (method, factor) of a RoPE model (default: `finetune_scalings`, all of the eval
-    config): fine-tune `eval.finetune_steps` steps at factor x L_train with that scaling, then
-    evaluate at every length. Empty when finetune_steps is 0 or the model is not RoPE; scalings
-    that are zero-shot only (the temperature) are skipped."""
+    """For each (method, factor) of a RoPE model (default: `finetune_scalings`, those of the
+    eval config chosen for fine-tuning): fine-tune `eval.finetune_steps` steps at factor x
+    L_train with that scaling, then evaluate at every length. Empty when finetune_steps is 0 or
+    the model is not RoPE; scalings not chosen (`scaling_plan.fine_tuned`: zero-shot only, like
+    the temperature, or outside `eval.finetune_methods` / `finetune_factors`) are skipped."""
     ev = cfg.eval
     if ev.finetune_steps <= 0 or not cfg.model.supports_scaling:
         return []
     rows: list[dict] = []
-    todo = finetune_scalings(cfg) if scalings is None else [s for s in scalings if fine_tunable(s)]
+    todo = (
+        finetune_scalings(cfg) if scalings is None else [s for s in scalings if fine_tuned(cfg, s)]
+    )
     for scaling in todo:
         target = round(scaling.factor * cfg.train.length)
         scaled = with_scaling(

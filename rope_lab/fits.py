@@ -135,6 +135,23 @@ def _c_range(y: _Array, c_bounds: tuple[float, float] | None) -> tuple[float, fl
     return (0.0, top) if ymin > 0 else (ymin - 10 * span, top)
 
 
+def resampling_units(groups: npt.NDArray[Any] | None, size: int) -> list[npt.NDArray[np.intp]]:
+    """Index arrays (one per bootstrap unit) into ``size`` points: each point alone, or, with
+    ``groups`` (shape (size,)), the points of each group value in order of first appearance."""
+    if groups is None:
+        return [np.array([i]) for i in range(size)]
+    index: dict[Any, list[int]] = {}
+    for i, g in enumerate(groups.tolist()):
+        index.setdefault(g, []).append(i)
+    return [np.array(v) for v in index.values()]
+
+
+def percentile_ci(values: npt.ArrayLike, level: float) -> tuple[float, float]:
+    """Central percentile interval (low, high) at ``level`` of 1-D bootstrap ``values``."""
+    lo, hi = np.percentile(np.asarray(values, dtype=float), [50 * (1 - level), 50 * (1 + level)])
+    return (float(lo), float(hi))
+
+
 def fit_power_law(
     x: npt.ArrayLike,
     y: npt.ArrayLike,
@@ -179,13 +196,7 @@ def fit_power_law(
     r2 = 1.0 - float(np.sum((ly - pred) ** 2)) / ss_tot if ss_tot > 0 else 1.0
 
     rng = np.random.default_rng(seed)
-    if ga is None:
-        units: list[_Array] = [np.array([i]) for i in range(xa.size)]
-    else:
-        index: dict[Any, list[int]] = {}
-        for i, g in enumerate(ga.tolist()):
-            index.setdefault(g, []).append(i)
-        units = [np.array(v) for v in index.values()]
+    units = resampling_units(ga, xa.size)
     boot: list[tuple[float, float, float]] = []
     if len(units) >= 3:
         with warnings.catch_warnings():
@@ -204,8 +215,7 @@ def fit_power_law(
     def ci(i: int, est: float) -> tuple[float, float]:
         if len(samples) < 2 or len(units) < 3 or xa.size <= (3 if offset else 2):
             return (math.nan, math.nan)
-        lo, hi = np.percentile(samples[:, i], [50 * (1 - level), 50 * (1 + level)])
-        return (float(lo), float(hi))
+        return percentile_ci(samples[:, i], level)
 
     return PowerLawFit(
         a=a,

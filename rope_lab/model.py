@@ -415,6 +415,17 @@ def count_params(model: eqx.Module) -> int:
     return sum(x.size for x in jax.tree.leaves(params))
 
 
+def count_non_embedding_params(model: Transformer) -> int:
+    """Trainable scalars less the embeddings (Kaplan et al. 2020's and Hoffmann et al. 2022's N):
+    `count_params` minus the token embedding (V, D), the readout (V, D; this model never ties
+    it to the embedding) and a trained table the model-wide encoding adds to the input (the
+    learned encoding's (max_length, D); sinusoidal tables are frozen, so nothing)."""
+    embeddings = model.embedding.size + model.head.weight.size
+    if "embed" in model.config.position.options.hooks:
+        embeddings += count_params(model.position)
+    return count_params(model) - embeddings
+
+
 def _per_leaf(model: eqx.Module, linear_weight, other) -> eqx.Module:
     """Pytree shaped like the trainable params: `linear_weight` on Linear weights, else `other`."""
     params = eqx.filter(model, trainable(model))

@@ -68,6 +68,12 @@ def cross_train_ratio(K_cross, K_train, diag_long=None, diag_short=None) -> dict
     Keys: "mean_ratio", "offdiag_ratio" (over the off-diagonal mean of K_train), and with
     `diag_long` (m,) (diag_short defaults to diag(K_train)) the same for cosines:
     "cos_mean_ratio", "cos_offdiag_ratio" (NaN without diag_long).
+
+    Across probe lengths compare only the cosine ratios: the raw ratios grow with the long
+    probe's length, because the gradient norm of F = sum_i f_i grows with the number of summed
+    positions (K_cross scales with |grad F(long)|), whatever the encoding does. So the tracked
+    `cross_train_ratio` rises with probe_length by construction; `cross_train_cos_ratio`
+    (and `k_cross_cos_mean`, `tail_cos_mean`) divide the norms out.
     """
     Kc, Kt = _f64(K_cross), _f64(K_train)
     out = {"mean_ratio": Kc.mean() / Kt.mean(), "offdiag_ratio": Kc.mean() / _offdiag_mean(Kt)}
@@ -305,7 +311,10 @@ def _k_cross_mean(k: Kernels) -> float:
 
 @tracked("cross_train_ratio", "cross", per_group=True)
 def _cross_train_ratio(k: Kernels) -> float:
-    """mean(K_cross) / off-diagonal mean(K_train)."""
+    """mean(K_cross) / off-diagonal mean(K_train).
+
+    Grows with probe length by construction (gradient norms grow with the number of summed
+    positions): compare probe lengths with `cross_train_cos_ratio` or `tail_cos_mean`."""
     return cross_train_ratio(_given(k.K_cross), k.K_train)["offdiag_ratio"]
 
 

@@ -17,7 +17,8 @@ set (two output masks, whole and tail, sharing a forward pass); every kernel and
 contraction of those features. A trial's tracking, the position kernels and the RoPE scalings
 included, compiles one gradient program per probe length; with `ntk.pad_to_longest` just one
 (probes padded to the longest length: fewer compilations, which dominate tiny trials, for more
-compute per NTK step).
+compute per NTK step). `rope_lab.ntk_plan` lists these steps and gradient passes without JAX
+(the sweep plan counts their FLOPs from it).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from rope_lab.ntk import (
     row_blocks,
     total_kernel,
 )
+from rope_lab.ntk_plan import ntk_steps
 from rope_lab.registry import NTK_METRICS
 from rope_lab.tasks import Task
 from rope_lab.train import Hook, StepState
@@ -61,19 +63,6 @@ LONG_KEYS = {
     "tail_cos": "tailcos{}",
     "head_cos": "headcos{}",
 }
-
-
-def ntk_steps(cfg: TrialConfig) -> tuple[int, ...]:
-    """Configured NTK steps, or 0, 1, 2, 4, ... below train.steps, plus the last step."""
-    if cfg.ntk.steps:
-        return tuple(sorted(set(cfg.ntk.steps)))
-    last = cfg.train.steps
-    steps = {0, last}
-    s = 1
-    while s < last:
-        steps.add(s)
-        s *= 2
-    return tuple(sorted(steps))
 
 
 @dataclass

@@ -15,6 +15,7 @@ A trial is a train stage, then one scaling stage per (method, factor) of
                                      eval_temperature_x1: zero-shot only)
     stages/<stage>/done.json         a finished stage's result; stages/<stage>/.lock its lease
     trials/trial.parquet             the trials row (status, error, time, size, flat config)
+    error.txt                        a failed trial's tracebacks (the trials row's `error`)
     _SUCCESS                         the trial is finished (done or diverged)
 
 Stages take plain data (a config dict, the run directory) so a Ray worker can run them, import
@@ -48,6 +49,7 @@ STAGES_DIR = "stages"
 TRAIN_STAGE = "train"
 MODEL_FILE = "model.eqx"
 CONFIG_FILE = "config.yaml"
+ERROR_FILE = "error.txt"  # the failed stages' tracebacks, as in the trials row's `error`
 FINISHED = ("done", "diverged")  # stage statuses that are results (a done.json is written)
 
 
@@ -135,8 +137,9 @@ def _guarded(run_dir: str | Path, trial_id: str, stage: str, work: Callable[[], 
 def run_train_stage(config: dict[str, Any], run_dir: str | Path) -> dict:
     """Train (resuming from the latest checkpoint), evaluate the model as trained, save it.
 
-    Result: status ("done", "diverged", "failed" or "busy"), n_params, tokens_seen,
-    resumed_from, final_loss, ntk_time_s, train_time_s, phases (seconds per phase)."""
+    Result: status ("done", "diverged", "failed" or "busy"), n_params,
+    n_params_non_embedding, tokens_seen, resumed_from, final_loss, ntk_time_s, train_time_s,
+    phases (seconds per phase)."""
     cfg = from_dict(TrialConfig, config)
     return _guarded(run_dir, cfg.trial_id, TRAIN_STAGE, lambda: _train(cfg, Path(run_dir)))
 
@@ -146,7 +149,7 @@ def _train(cfg: TrialConfig, run_dir: Path) -> dict:
     with phases.phase("setup"):
         from rope_lab.checkpoint import TrialCheckpointer, save_model
         from rope_lab.evaluate import evaluate_model
-        from rope_lab.model import count_params
+        from rope_lab.model import count_non_embedding_params, count_params
         from rope_lab.scaling_plan import scalings_for
         from rope_lab.tasks import task_from_config
         from rope_lab.train import Hook, StepState, init_state, train
@@ -198,6 +201,7 @@ def _train(cfg: TrialConfig, run_dir: Path) -> dict:
     out = {
         "status": "diverged" if result.diverged else "done",
         "n_params": count_params(result.model),
+        "n_params_non_embedding": count_non_embedding_params(result.model),
         "tokens_seen": result.tokens_seen,
         "resumed_from": start,
         "final_loss": result.history[-1]["loss"] if result.history else None,
@@ -241,7 +245,7 @@ def _scale(cfg: TrialConfig, run_dir: Path, method: str, factor: float, stage: s
     from rope_lab.checkpoint import load_model
     from rope_lab.evaluate import evaluate_model, finetune_and_evaluate
     from rope_lab.model_factory import make_model
-    from rope_lab.scaling_plan import eval_scaling
+    from rope_lab.scaling_plan import eval_scaling, same_frequencies, scalings_for
     from rope_lab.tasks import task_from_config
 
     phases = Phases()
@@ -251,8 +255,10 @@ def _scale(cfg: TrialConfig, run_dir: Path, method: str, factor: float, stage: s
     task = task_from_config(cfg.task)
     scaling = eval_scaling(cfg, method, factor)
     step = cfg.train.steps
-    with phases.phase("eval"):
-        rows = evaluate_model(model, task, cfg, step=step, scalings=[scaling])
+    rows: list[dict] = []
+    if not same_frequencies(scalings_for(cfg)[0], scaling):
+        with phases.phase("eval"):
+            rows += evaluate_model(model, task, cfg, step=step, scalings=[scaling])
     with phases.phase("finetune"):
         rows += finetune_and_evaluate(model, task, cfg, step=step, scalings=[scaling])
     with phases.phase("io"):
@@ -264,7 +270,9 @@ def finish_trial(
     run_dir: str | Path, cfg: TrialConfig, results: Sequence[dict], *, sweep: str
 ) -> str:
     """Write the trials row from the stage results (each with its `stage`) and, unless a stage
-    failed, `_SUCCESS`. Returns the trial status: failed, else the train stage's status."""
+    failed, `_SUCCESS`; the failed stages' tracebacks (the row's `error`) also go to
+    `error.txt` (removed when a rerun has none). Returns the trial status: failed, else the
+    train stage's status."""
     failed = [r for r in results if r.get("status") not in FINISHED]
     train = next((r for r in results if r.get("stage") == TRAIN_STAGE), {})
     status = "failed" if failed else train.get("status", "failed")
@@ -280,11 +288,16 @@ def finish_trial(
         "error": error,
         "wall_time_s": sum(r.get("wall_time_s", 0.0) for r in results),
         "n_params": train.get("n_params"),
+        "n_params_non_embedding": train.get("n_params_non_embedding"),
         "tokens_seen": train.get("tokens_seen"),
         "started_at": stamp("started_at", min),
         "finished_at": stamp("finished_at", max),
     }
     folder = trial_dir(run_dir, cfg.trial_id)
+    if error is not None:
+        atomic_write_text(folder / ERROR_FILE, error if error.endswith("\n") else error + "\n")
+    else:
+        (folder / ERROR_FILE).unlink(missing_ok=True)  # a rerun that succeeded
     write_trial_row(folder, row, cfg)
     if status != "failed":
         mark_success(folder)
@@ -309,6 +322,7 @@ def run_trial_stages(
 
 __all__ = [
     "CONFIG_FILE",
+    "ERROR_FILE",
     "MODEL_FILE",
     "STAGES_DIR",
     "TRAIN_STAGE",

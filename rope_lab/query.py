@@ -1,9 +1,9 @@
 """Tidy queries over one or several run directories: eval/NTK tables with their config, seed
 aggregation, extrapolation summaries and safe ``--where`` filters.
 
-Every function takes a run directory, a list of them, or loaded
-:class:`~rope_lab.results.Results`, and returns an eager polars DataFrame. Rows carry the
-flattened trial config as columns (``"model.width"``, ``"model.position.kind"``,
+Every function takes a run directory, a folder of run directories (e.g. ``runs``), a list of
+them, or loaded :class:`~rope_lab.results.Results`, and returns an eager polars DataFrame. Rows
+carry the flattened trial config as columns (``"model.width"``, ``"model.position.kind"``,
 ``"train.length"``, ...) and a ``label`` column naming the curve: the PE kind for non-RoPE
 models, ``"rope"`` for RoPE as trained, and ``"rope/yarn x4"`` (plus ``" +ft100"`` after 100
 fine-tuning steps) for a scaling method.
@@ -28,7 +28,7 @@ from rope_lab.curve_labels import (
     trained_expr,
     trained_with_scaling,
 )
-from rope_lab.results import Results, load
+from rope_lab.results import Results, RunDirError, load
 
 __all__ = [
     "KIND",
@@ -40,6 +40,7 @@ __all__ = [
     "Source",
     "aggregate_seeds",
     "check_columns",
+    "default_metric",
     "eval_table",
     "extrapolation_summary",
     "filter_where",
@@ -47,6 +48,7 @@ __all__ = [
     "ntk_final",
     "ntk_table",
     "results_of",
+    "task_metrics",
     "trained_expr",
     "trained_with_scaling",
     "varying_columns",
@@ -86,19 +88,47 @@ MEASUREMENT_COLUMNS: Final = frozenset(
 LOWER_IS_BETTER: Final = frozenset({"loss", "perplexity", "error_rate"})
 
 
+# Language-model tasks (every position scored, no single right answer): read by loss. A task's
+# params class can also declare `default_metric` itself, which wins (`default_metric`).
 class QueryError(ValueError):
     """A query that cannot be answered (unknown column, bad expression, no data)."""
 
 
+def default_metric(task: str | None) -> str:
+    """The eval metric a task's results are read by when none is asked for: its registered
+    params class's ``default_metric`` ("loss" for the language-model tasks, "accuracy" for the
+    synthetic ones: passkey, copy, ...); "accuracy" for no task or an unknown name."""
+    if task is None:
+        return "accuracy"
+    from rope_lab.registry import TASKS
+
+    if task not in TASKS:
+        return "accuracy"
+    return str(TASKS[task].default_metric)
+
+
+def task_metrics(frame: pl.DataFrame) -> dict[str | None, str]:
+    """``default_metric`` of each ``task.name`` in ``frame`` (``{None: "accuracy"}`` without
+    that column), in task-name order."""
+    if "task.name" not in frame.columns:
+        return {None: "accuracy"}
+    tasks = frame.get_column("task.name").unique().to_list()
+    return {t: default_metric(t) for t in sorted(tasks, key=lambda t: (t is None, str(t)))}
+
+
 def results_of(source: Source) -> Results:
-    """``source`` as loaded :class:`Results` (a Results instance is returned unchanged)."""
+    """``source`` as loaded :class:`Results` (a Results instance is returned unchanged).
+
+    Each path is a run directory (``runs/smoke``) or a folder of run directories (``runs``,
+    the ``--out`` of `rope-lab sweep run`: every child run directory is loaded); QueryError
+    naming what a path holds otherwise."""
     if isinstance(source, Results):
         return source
     paths = [source] if isinstance(source, str | os.PathLike) else list(source)
-    res = load([Path(p) for p in paths])
-    missing = [str(p) for p in res.run_dirs if not (p / "trials").is_dir()]
-    if missing:
-        raise QueryError(f"not a run directory (no trials/ folder): {', '.join(missing)}")
+    try:
+        res = load([Path(p) for p in paths])
+    except RunDirError as err:
+        raise QueryError(str(err)) from None
     ids = res.trials.select("trial_id").collect().get_column("trial_id")
     dup = ids.filter(ids.is_duplicated()).unique().sort().to_list()
     if dup:

@@ -43,13 +43,25 @@ def _rope_scalings(cfg: TrialConfig) -> list[Scaling]:
     if not cfg.model.supports_scaling:
         return [Scaling(NO_SCALING, 1.0)]
     pos = cfg.model.scaled_position
-    out = [Scaling(pos.rope.scaling, pos.rope.factor, pos.rope.params)]
+    trained = Scaling(pos.rope.scaling, pos.rope.factor, pos.rope.params)
+    out = [trained]
     for method in cfg.eval.methods:
         for factor in cfg.eval.factors:
             candidate = eval_scaling(cfg, method, factor)
-            if candidate not in out:
-                out.append(candidate)
+            if candidate in out or (
+                same_frequencies(trained, candidate) and not fine_tuned(cfg, candidate)
+            ):
+                continue
+            out.append(candidate)
     return out
+
+
+def same_frequencies(trained: Scaling, scaling: Scaling) -> bool:
+    """Whether ``scaling`` leaves the trained RoPE as it is: unscaled (`default`, whose factor
+    is only the fine-tuning target) on a model trained unscaled. Its zero-shot rows would
+    repeat the model as trained, so such a stage exists only to fine-tune (the control of
+    the extension methods) and evaluates nothing zero-shot."""
+    return scaling.method == "default" and trained.method == "default"
 
 
 def eval_scaling(cfg: TrialConfig, method: str, factor: float) -> Scaling:
@@ -68,9 +80,20 @@ def fine_tunable(scaling: Scaling) -> bool:
     return scaling.method not in (NO_SCALING, TEMPERATURE)
 
 
+def fine_tuned(cfg: TrialConfig, scaling: Scaling) -> bool:
+    """Whether the stage of `scaling` fine-tunes: `eval.finetune_steps` > 0, a RoPE method of an
+    encoding that `supports_scaling`, and among `eval.finetune_methods` / `finetune_factors`
+    when those are given."""
+    ev = cfg.eval
+    return (
+        ev.finetune_steps > 0
+        and cfg.model.supports_scaling
+        and fine_tunable(scaling)
+        and (not ev.finetune_methods or scaling.method in ev.finetune_methods)
+        and (not ev.finetune_factors or scaling.factor in ev.finetune_factors)
+    )
+
+
 def finetune_scalings(cfg: TrialConfig) -> list[Scaling]:
-    """The stages' scalings fine-tuned at factor x L_train when `eval.finetune_steps` > 0: the
-    RoPE ones of an encoding that `supports_scaling`, else none."""
-    if not cfg.model.supports_scaling:
-        return []
-    return [s for s in scalings_for(cfg)[1:] if fine_tunable(s)]
+    """The stages' scalings fine-tuned at factor x L_train (see `fine_tuned`)."""
+    return [s for s in scalings_for(cfg)[1:] if fine_tuned(cfg, s)]

@@ -61,3 +61,49 @@ def test_sweep_plan_status_and_bad_spec(tmp_path):
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "grid.model.widht" in out.stderr and "did you mean 'model.width'" in out.stderr
     assert not (tmp_path / "runs").exists()  # rejected before any work started
+
+
+def test_sweep_run_names_failures_and_the_run_directory(tmp_path, monkeypatch, capsys):
+    """The end of `sweep run`: each failed trial's exception line and traceback file, each
+    diverged trial, the counts, and the run directory to pass to `results` / `plot`."""
+    from rope_lab import pipeline
+    from rope_lab.sweep.spec import load_spec
+    from tests.sweep.conftest import write_spec
+
+    spec_path = write_spec(tmp_path)
+    rope, alibi = load_spec(spec_path).trials
+
+    def train(cfg, run_dir):
+        if cfg.model.position.kind == "rope":
+            raise ValueError("lm_text: the corpus shrank")
+        return {"status": "diverged", "n_params": 1, "tokens_seen": 0}
+
+    monkeypatch.setattr(pipeline, "_train", train)
+    monkeypatch.setenv("ROPE_LAB_COMPILE_CACHE", "0")
+    out = tmp_path / "runs"
+    code = main(["sweep", "run", str(spec_path), "--out", str(out), "--runner", "serial",
+                 "--no-plots"])  # fmt: skip
+    assert code == 1
+    text = capsys.readouterr().out
+    run_dir = out / "tiny"
+    error_file = run_dir / "trials" / rope.trial_id / "error.txt"
+    assert "Traceback" in error_file.read_text()
+    tail = text[text.index("failed or diverged trials:") :].splitlines()
+    assert tail == [
+        "failed or diverged trials:",
+        f"  diverged  {alibi.trial_id}: non-finite training loss (a result; no traceback)",
+        f"  failed    {rope.trial_id}: ValueError: lm_text: the corpus shrank",
+        f"            traceback: {error_file}",
+        "",
+        "0 done, 1 diverged, 1 failed, 0 skipped (already finished), 0 busy (held by another "
+        "driver); " + tail[5].split("; ")[-1],
+        f"run directory: {run_dir}",
+        f"  rope-lab results {run_dir}",
+        f"  rope-lab plot extrapolation {run_dir}",
+        f"  rope-lab sweep status {run_dir}",
+    ]
+    assert tail[5].split("; ")[-1].startswith("wall ")
+    # what it names loads: the run directory, and its parent (--out) too
+    assert main(["results", str(run_dir), "--table", "trials"]) == 0
+    assert main(["results", str(out), "--table", "trials", "--format", "csv"]) == 0
+    assert capsys.readouterr().out.count("tiny") >= 2

@@ -3,6 +3,7 @@
 import dataclasses
 import itertools
 import math
+import types
 
 import equinox as eqx
 import jax
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from rope_lab import evaluate
 from rope_lab.checkpoint import save_model
-from rope_lab.config import replace, to_dict
+from rope_lab.config import replace, to_dict, validate
 from rope_lab.evaluate import (
     NO_SCALING,
     Scaling,
@@ -426,3 +427,83 @@ def test_scaling_stage_rows_are_zero_shot_and_finetuned(tmp_path, monkeypatch, f
     assert {(r["method"], r["factor"]) for r in zero} == {("linear", 2.0)}
     _assert_same_metrics(zero, finetuned["zero_shot"])
     _check_finetuned_rows(ft, finetuned)
+
+
+@pytest.mark.parametrize(
+    ("methods", "factors", "expected"),
+    [
+        ((), (), {("linear", 2.0), ("linear", 4.0), ("default", 2.0), ("default", 4.0)}),
+        (("linear", "default"), (4.0,), {("linear", 4.0), ("default", 4.0)}),
+        (("default",), (), {("default", 2.0), ("default", 4.0)}),
+    ],
+)
+def test_finetune_only_the_chosen_methods_and_factors(monkeypatch, methods, factors, expected):
+    """`eval.finetune_methods` / `finetune_factors` pick the stages that fine-tune (all when
+    empty); `default` at factor s fine-tunes unscaled RoPE at s x L_train (the control)."""
+    from rope_lab.scaling_plan import finetune_scalings
+
+    cfg = validate(
+        replace(
+            tiny_trial("rope"),
+            **{
+                "eval.methods": ("linear", "default"),
+                "eval.factors": (2.0, 4.0),
+                "eval.finetune_steps": 1,
+                "eval.finetune_methods": methods,
+                "eval.finetune_factors": factors,
+            },
+        )
+    )
+    assert {(s.method, s.factor) for s in finetune_scalings(cfg)} == expected
+    asked = []
+
+    def fake_train(cfg_, *, model, length, steps, lr, data_seed):
+        asked.append(length)
+        return types.SimpleNamespace(model=model)
+
+    def fake_eval(model, task, cfg_, *, step, scalings, finetune_steps=0):
+        return [{"method": s.method, "factor": s.factor} for s in scalings]
+
+    monkeypatch.setattr(evaluate, "train", fake_train)
+    monkeypatch.setattr(evaluate, "evaluate_model", fake_eval)
+    model = make_model(cfg)
+    rows = []
+    for method in ("linear", "default"):
+        for factor in (2.0, 4.0):
+            rows += finetune_and_evaluate(
+                model, None, cfg, step=0, scalings=[Scaling(method, factor)]
+            )
+    assert {(r["method"], r["factor"]) for r in rows} == expected
+    assert sorted(asked) == sorted(round(f * cfg.train.length) for _, f in expected)
+
+
+def test_unscaled_rope_stages_exist_only_to_fine_tune(tmp_path, monkeypatch):
+    """`default` at factor s on a model trained unscaled changes nothing zero-shot: it is a stage
+    only where it is fine-tuned (the control), and that stage writes fine-tuned rows only."""
+    from rope_lab.scaling_plan import scaling_stages
+
+    cfg = validate(
+        replace(
+            tiny_trial("rope"),
+            **{
+                "eval.methods": ("linear", "default"),
+                "eval.factors": (2.0, 4.0),
+                "eval.finetune_steps": 1,
+                "eval.finetune_methods": ("default",),
+                "eval.finetune_factors": (2.0,),
+            },
+        )
+    )
+    assert scaling_stages(cfg) == [("linear", 2.0), ("linear", 4.0), ("default", 2.0)]
+    zero_shot = replace(cfg, **{"eval.finetune_steps": 0})
+    assert scaling_stages(zero_shot) == [("linear", 2.0), ("linear", 4.0)]
+
+    folder = trial_dir(tmp_path, cfg.trial_id)
+    save_model(folder / MODEL_FILE, make_model(cfg))
+    monkeypatch.setattr(
+        evaluate, "train", lambda cfg_, *, model, **kw: types.SimpleNamespace(model=model)
+    )
+    assert run_scaling_stage(to_dict(cfg), str(tmp_path), "default", 2.0)["status"] == "done"
+    rows = read_trial_table(folder, "eval")
+    assert set(rows.get_column("finetune_steps").to_list()) == {1}
+    assert set(zip(rows["method"], rows["factor"], strict=True)) == {("default", 2.0)}

@@ -218,6 +218,45 @@ def test_filter_where(run: Path) -> None:
 def test_not_a_run_dir(tmp_path: Path) -> None:
     with pytest.raises(q.QueryError, match="not a run directory"):
         q.eval_table(tmp_path / "missing")
+    (tmp_path / "plots").mkdir()
+    with pytest.raises(q.QueryError) as err:
+        q.results_of(tmp_path)
+    assert str(err.value) == (
+        "not a run directory (no trials/ folder) and no run directory inside it: "
+        f"{tmp_path} holds plots/"
+    )
+
+
+def test_a_parent_folder_reads_as_its_run_directories(run: Path) -> None:
+    """`--out` of `sweep run` (the parent of the run directory) works as a source too."""
+    res = q.results_of(run.parent)
+    assert res.run_dirs == (run,)
+    assert q.eval_table(run.parent).equals(q.eval_table(run))
+    table = cli_analysis.load_table([run.parent], "trials")
+    assert sorted(table["trial_id"]) == ["alibi-s0", "rope-s0", "rope-s1"]
+
+
+@pytest.mark.parametrize(
+    ("task", "metric"),
+    [
+        ("lm_text", "loss"),
+        ("lm_synthetic", "loss"),
+        ("passkey", "accuracy"),
+        ("copy", "accuracy"),
+        ("mqar", "accuracy"),
+        ("flipflop", "accuracy"),
+        (None, "accuracy"),
+    ],
+)
+def test_default_metric_is_loss_for_language_model_tasks(task: str | None, metric: str) -> None:
+    assert q.default_metric(task) == metric
+
+
+def test_task_metrics(run: Path) -> None:
+    frame = pl.DataFrame({"task.name": ["passkey", "lm_text", "passkey"]})
+    assert q.task_metrics(frame) == {"lm_text": "loss", "passkey": "accuracy"}
+    assert q.task_metrics(pl.DataFrame({"x": [1]})) == {None: "accuracy"}
+    assert q.task_metrics(q.eval_table(run)) == {"copy": "accuracy"}
 
 
 def test_same_trial_in_two_run_dirs(run: Path) -> None:
@@ -319,6 +358,9 @@ def test_report_script_tables(run: Path, tmp_path: Path) -> None:
     assert "| label | width 32 | width 64 |" in text
     assert "| rope/linear x2 | 2.5 | – |" in text  # longest ratio 1 (seed 0), 4 (seed 1)
     assert text.index("| rope | 1.5 |") < text.index("| alibi | – | 4 |")
+    # claims: PI at L_train, seeds (0.2, 0.3) vs direct (0.2, 0.4): effect -0.05, and the
+    # seed resamples reach both signs
+    assert "| pi_costs_in_distribution | copy: linear x2 | inconclusive | -0.05 |" in text
     summary = pl.read_csv(out / "extrapolation_summary.csv")
     assert summary.height == len(CURVES)
     assert report.main([str(tmp_path / "missing"), "--out", str(out)]) == 1

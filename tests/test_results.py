@@ -334,11 +334,52 @@ def test_load_two_run_dirs(tmp_path: Path) -> None:
 
 
 def test_load_empty_and_missing(tmp_path: Path) -> None:
-    res = load(tmp_path / "nothing_here", config_schema=CFG_SCHEMA)
+    (tmp_path / "empty" / "trials").mkdir(parents=True)  # a run directory without trials yet
+    res = load(tmp_path / "empty", config_schema=CFG_SCHEMA)
     assert res.train.collect().schema == TRAIN_SCHEMA
     assert res.eval.collect().height == 0
     assert res.trials.collect_schema()["model.rope.factor"] == pl.Float64
     assert res.eval_with_config.collect().height == 0
+    missing = tmp_path / "nothing_here"
+    with pytest.raises(R.RunDirError) as err:
+        load(missing)
+    assert str(err.value) == f"not a run directory (no such directory): {missing}"
+
+
+def test_load_a_parent_folder_of_run_dirs(tmp_path: Path) -> None:
+    """`sweep run SPEC --out runs` writes runs/NAME; load("runs") loads every run in it."""
+    runs = tmp_path / "runs"
+    _populate(runs / "b", "b", ["b0"], width=128)
+    _populate(runs / "a", "a", ["a0", "a1"], width=64)
+    (runs / "a" / "plots").mkdir()
+    (runs / "notes.txt").write_text("x")
+    (runs / "scratch").mkdir()  # no trials/: not a run, left out
+    res = load(runs, config_schema=CFG_SCHEMA)
+    assert res.run_dirs == (runs / "a", runs / "b")
+    assert sorted(res.trials.collect()["trial_id"]) == ["a0", "a1", "b0"]
+    assert res.eval.collect().height == 9
+    # a run directory itself is loaded as it is, also next to a parent folder
+    assert load([runs / "a"]).run_dirs == (runs / "a",)
+    assert R.run_directories([runs / "b", runs]) == (runs / "b", runs / "a", runs / "b")
+    assert R.is_run_dir(runs / "a") and not R.is_run_dir(runs)
+
+
+def test_load_names_what_a_folder_without_runs_holds(tmp_path: Path) -> None:
+    folder = tmp_path / "out"
+    (folder / "plots").mkdir(parents=True)
+    (folder / "notes.txt").write_text("x")
+    (folder / ".hidden").write_text("x")
+    with pytest.raises(R.RunDirError) as err:
+        load(folder)
+    assert str(err.value) == (
+        "not a run directory (no trials/ folder) and no run directory inside it: "
+        f"{folder} holds notes.txt, plots/"
+    )
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match=r"empty holds nothing$"):
+        load(tmp_path / "empty")
+    with pytest.raises(R.RunDirError, match=r"not a run directory \(a file\)"):
+        load(folder / "notes.txt")
 
 
 def test_old_files_without_new_columns(tmp_path: Path) -> None:

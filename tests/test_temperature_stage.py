@@ -115,7 +115,9 @@ def test_every_encoding_gets_the_stage_with_the_flag_and_none_without(kind):
 def test_rope_stages_keep_their_order_and_the_temperature_comes_last():
     cfg = _with_temperature(tiny_trial("rope"))
     assert scaling_stages(cfg) == [("linear", 2.0), ("dynamic", 2.0), (TEMPERATURE, 1.0)]
-    assert [(s.method, s.factor) for s in finetune_scalings(cfg)] == [
+    assert finetune_scalings(cfg) == []  # eval.finetune_steps 0: nothing is fine-tuned
+    tuned = replace(cfg, **{"eval.finetune_steps": 3})
+    assert [(s.method, s.factor) for s in finetune_scalings(tuned)] == [
         ("linear", 2.0),
         ("dynamic", 2.0),
     ]

@@ -35,16 +35,27 @@ def summary(source: q.Source, *, threshold: float = 0.9, out: str | Path | None 
     """One-page dashboard.
 
     One page for a whole sweep: accuracy and loss vs length and loss by position (widest
-    model), how far each curve keeps ``threshold`` x its L_train accuracy, loss vs width, the
-    training loss curves, and the NTK drift and cross-kernel panels when ntk rows exist.
+    model), how far each curve keeps its L_train quality in its task's metric
+    (`query.default_metric`: loss, at most L_train loss / ``threshold``, for language-model
+    tasks; accuracy, at least ``threshold`` x L_train accuracy, otherwise), loss vs width, the
+    training loss curves, the NTK drift and cross-kernel panels when ntk rows exist, and the
+    verdicts of the published claims (`rope-lab claims`) that the runs can decide.
     """
     res = source if isinstance(source, q.Results) else q.results_of(source)
     evals = eval_frame(res)
     buckets = eval_frame(res, whole_sequence=False)
     ntk = q.ntk_table(res)
     has_ntk = not ntk.is_empty()
-    fig = Figure(figsize=(19, 10.5 if not has_ntk else 14.5), layout="constrained")
-    gs = GridSpec(3 if has_ntk else 2, 3, figure=fig)
+    rows_of_panels = 3 if has_ntk else 2
+    verdicts = claim_lines(res)
+    claims_inches = 0.7 + 0.16 * min(len(verdicts[1]), CLAIM_LINES)
+    fig = Figure(figsize=(19, 4.0 * rows_of_panels + 2.5 + claims_inches), layout="constrained")
+    gs = GridSpec(
+        rows_of_panels + 1,
+        3,
+        figure=fig,
+        height_ratios=[*([1.0] * rows_of_panels), claims_inches / 4.0],
+    )
     widths = (
         sorted(evals.get_column("model.width").unique().drop_nulls().to_list())
         if ("model.width" in evals.columns)
@@ -67,8 +78,17 @@ def summary(source: q.Source, *, threshold: float = 0.9, out: str | Path | None 
     ax.set(title=f"loss vs length{wtitle}", xlabel=name_of("length"), ylabel=name_of("loss"))
 
     ax = fig.add_subplot(gs[0, 2])
-    summ = q.extrapolation_summary(evals, threshold=threshold)
-    _draw_longest(ax, summ, order, palette, threshold)
+    metrics = q.task_metrics(evals)
+    parts = [
+        q.extrapolation_summary(
+            evals if task is None else evals.filter(pl.col("task.name") == task),
+            threshold=threshold,
+            metric=metric,
+        )
+        for task, metric in metrics.items()
+    ]
+    summ = pl.concat(parts, how="diagonal_relaxed")
+    _draw_longest(ax, summ, order, palette, threshold, sorted(set(metrics.values())))
 
     ax = fig.add_subplot(gs[1, 0])
     pos = bucket_frame(buckets, "loss", "longest")
@@ -134,6 +154,7 @@ def summary(source: q.Source, *, threshold: float = 0.9, out: str | Path | None 
 
     if has_ntk:
         _ntk_dashboard_row(fig, gs, ntk_frame(ntk))
+    _claims_panel(fig.add_subplot(gs[rows_of_panels, :]), *verdicts)
     seeds = n_seeds(evals, ["length", "label", "model.width"])
     fig.suptitle(
         f"Sweep summary: {', '.join(str(p) for p in res.run_dirs)}\n"
@@ -154,8 +175,10 @@ def _draw_longest(
     order: Sequence[Any],
     palette: Mapping[Any, Any],
     threshold: float,
+    metrics: Sequence[str] = ("accuracy",),
 ) -> None:
-    """Horizontal bars: longest length keeping the threshold, per label (and width)."""
+    """Horizontal bars: longest length keeping the threshold of each task's metric, per label
+    (and width)."""
     data = summ.filter(pl.col("longest_ratio").is_not_null())
     if data.is_empty():
         ax.text(0.5, 0.5, "no summary (no L_train rows)", ha="center", transform=ax.transAxes)
@@ -190,13 +213,70 @@ def _draw_longest(
     ax.xaxis.set_minor_locator(ticker.NullLocator())
     ax.set_xlim(min(ratios) / 1.5, max(ratios) * 1.3)
     ax.set(
-        title=f"longest length keeping ≥ {threshold:.0%} of L_train accuracy",
+        title=f"longest length keeping {_kept(metrics, threshold)}",
         xlabel="longest length / L_train",
         ylabel="",
     )
     legend = ax.get_legend()
     if hue and legend is not None:
         legend.set_title("width")
+
+
+def _kept(metrics: Sequence[str], threshold: float) -> str:
+    """'≥ 90% of L_train accuracy', 'loss ≤ L_train loss / 0.9' or both (the panel title)."""
+    parts = [
+        f"{m} ≤ L_train {m} / {threshold:g}"
+        if m in q.LOWER_IS_BETTER
+        else f"≥ {threshold:.0%} of L_train {m}"
+        for m in metrics
+    ]
+    return " / ".join(parts)
+
+
+CLAIM_LINES = 16  # per column of the claims panel
+
+
+def claim_lines(res: q.Results) -> tuple[str, list[str]]:
+    """The counts of every verdict of `rope-lab claims` on ``res``, and one line per decided
+    verdict (holds / fails: claim, scope, effect and its interval)."""
+    from rope_lab.claims import VERDICTS, judge
+
+    verdicts = judge(res)
+    counts = ", ".join(f"{sum(v.verdict == k for v in verdicts)} {k}" for k in VERDICTS)
+    lines = [
+        f"{v.verdict:<5}  {v.claim} ({v.scope}): effect {v.effect:.3g}"
+        + (f" [{v.ci_low:.3g}, {v.ci_high:.3g}]" if v.ci_low is not None else "")
+        for v in verdicts
+        if v.verdict != "inconclusive" and v.effect is not None
+    ]
+    return counts, lines
+
+
+def _claims_panel(ax: Axes, counts: str, lines: list[str]) -> None:
+    """The decided verdicts in two text columns under the counts of all verdicts; the
+    inconclusive ones are left to the command."""
+    ax.axis("off")
+    shown = lines[: 2 * CLAIM_LINES]
+    more = len(lines) - len(shown)
+    ax.set_title(
+        f"published claims on these runs: {counts}"
+        + (f" ({more} more decided)" if more else "")
+        + "; `rope-lab claims RUN_DIR` lists all with their reasons",
+        fontsize=10,
+        loc="left",
+    )
+    for col in range(2):
+        chunk = shown[col * CLAIM_LINES : (col + 1) * CLAIM_LINES]
+        ax.text(
+            0.5 * col,
+            1.0,
+            "\n".join(chunk),
+            va="top",
+            ha="left",
+            family="monospace",
+            fontsize=7.5,
+            transform=ax.transAxes,
+        )
 
 
 def _ntk_dashboard_row(fig: Figure, gs: GridSpec, ntk: pl.DataFrame) -> None:

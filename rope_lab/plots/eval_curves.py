@@ -61,7 +61,7 @@ def draw_extrapolation(
 def extrapolation(
     source: Source,
     *,
-    metric: str = "accuracy",
+    metric: str | None = None,
     x: str = "length",
     hue: str = "label",
     col: str | None = "auto",
@@ -72,25 +72,61 @@ def extrapolation(
 
     ``metric`` vs evaluation length, one line per PE kind / RoPE scaling (``label``). Facets:
     ``col``/``row`` columns ("auto": width as columns, L_train / task / parametrization / depth
-    as rows when they vary; None: no facet). ``x="length_ratio"`` puts L_train at 1.
+    as rows when they vary; None: no facet). ``x="length_ratio"`` puts L_train at 1. Without
+    ``metric`` each task is read by its own (`query.default_metric`: loss for language-model
+    tasks, accuracy otherwise); when the tasks' metrics differ, ``task.name`` becomes the
+    ``row`` facet (the ``col`` facet when ``row`` is another column; QueryError when both are)
+    and each task's panels plot its metric on their own y axis.
     """
     frame = eval_frame(source)
+    metrics = q.task_metrics(frame) if metric is None else {None: metric}
+    mixed = len(set(metrics.values())) > 1
+    if mixed and "task.name" not in (col, row):
+        if row in ("auto", None):
+            row = "task.name"
+        elif col in ("auto", None):
+            col = "task.name"
+        else:
+            raise QueryError(
+                f"the tasks are read by different metrics ({metrics}): facet them by "
+                "task.name (--row or --col) or give --metric"
+            )
     col = auto_facet(frame, col, COL_AUTO)
     row = auto_facet(frame, row, ROW_AUTO)
-    q.check_columns(frame, [x, metric, hue, *(c for c in (col, row) if c)], "the plot")
-    frame = finite_rows(frame, metric)
+    used = sorted(set(metrics.values()))
+    q.check_columns(frame, [x, *used, hue, *(c for c in (col, row) if c)], "the plot")
+    if mixed:
+        finite = pl.lit(False)
+        for task, m in metrics.items():
+            value = pl.col(m).cast(pl.Float64)
+            finite = finite | (
+                (pl.col("task.name") == task) & value.is_not_null() & value.is_finite()
+            )
+        frame = frame.filter(finite)
+    else:
+        frame = finite_rows(frame, used[0])
     if frame.is_empty():
-        raise QueryError(f"no finite {metric!r} values to plot")
+        raise QueryError(f"no finite {' or '.join(map(repr, used))} values to plot")
     warn_if_mixed(frame, [x, hue, col, row])
     order, palette = hue_mapping(frame, hue)
-    fig, items = facets(frame, col, row)
+    fig, items = facets(frame, col, row, sharey=not mixed)
     for ax, sub, title in items:
-        draw_extrapolation(ax, sub, metric=metric, x=x, hue=hue, order=order, palette=palette)
+        tasks = sub.get_column("task.name").unique().to_list() if mixed else [None]
+        m = metrics[tasks[0]] if mixed and len(tasks) == 1 else used[0]
+        if not sub.is_empty():
+            draw_extrapolation(ax, sub, metric=m, x=x, hue=hue, order=order, palette=palette)
         ax.set_title(title)
-    outer_labels([ax for ax, _, _ in items], name_of(x), name_of(metric))
+    outer_labels([ax for ax, _, _ in items], name_of(x), name_of(used[0]))
+    if mixed:
+        for ax, sub, _ in items:
+            tasks = sub.get_column("task.name").unique().to_list()
+            spec = ax.get_subplotspec()
+            if len(tasks) == 1 and spec is not None and spec.is_first_col():
+                ax.set_ylabel(name_of(metrics[tasks[0]]))
     seeds = n_seeds(frame, [x, hue, col, row])
+    what = " / ".join(name_of(m) for m in used)
     fig.suptitle(
-        f"Length extrapolation: {name_of(metric)} vs {name_of(x)}\n"
+        f"Length extrapolation: {what} vs {name_of(x)}\n"
         + subtitle(constant_note(frame, ["task.name", "train.length"]), spread_note(seeds)),
         fontsize=11,
     )

@@ -6,12 +6,14 @@ legend."""
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
 import polars as pl
 import seaborn as sns
+from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
@@ -25,6 +27,9 @@ from rope_lab.scaling_plan import TEMPERATURE
 DASHES: Final[tuple[Any, ...]] = ("", (4, 1.5), (1, 1.2), (5, 1.5, 1, 1.5), (2, 2), (6, 2, 2, 2))
 SCALED_DASH: Final = (4, 1.6)  # a RoPE scaling applied at evaluation
 TEMPERATURE_DASH: Final = (1, 1.5)  # the log-length temperature
+LEGEND_ROWS: Final = 26  # entries per legend column
+LEGEND_ROW_INCHES: Final = 0.23
+LEGEND_COLUMN_INCHES: Final = 6.5
 
 
 class FamilyStyle(NamedTuple):
@@ -102,9 +107,26 @@ def curve_mapping(keys: Iterable[Curve]) -> tuple[list[str], dict[str, Any]]:
     for family, members in families.items():
         light, dark = styles[family].shades or (spare[family], spare[family])
         n = len(members)
-        shades = [dark] if n == 1 else sns.blend_palette([light, dark], n)
+        if n == 1:
+            shades = [dark]
+        elif light == dark:  # variants of one encoding (layouts, fields): tint -> hue -> shade
+            shades = sns.blend_palette(
+                [_mix(dark, "white", 0.55), dark, _mix(dark, "black", 0.6)], n
+            )
+        else:
+            shades = sns.blend_palette([light, dark], n)
         palette.update(zip((c.label for c in members), shades, strict=True))
     return [c.label for c in order], palette
+
+
+def _mix(color: Any, other: str, amount: float) -> tuple[float, float, float]:
+    """``color`` moved ``amount`` (0..1) of the way to ``other`` in RGB."""
+    a, b = to_rgb(color), to_rgb(other)
+    return (
+        a[0] + amount * (b[0] - a[0]),
+        a[1] + amount * (b[1] - a[1]),
+        a[2] + amount * (b[2] - a[2]),
+    )
 
 
 def hue_mapping(frame: pl.DataFrame, hue: str) -> tuple[list[Any], dict[Any, Any]]:
@@ -179,4 +201,10 @@ def figure_legend(
             if dash:
                 line.set_dashes(dash)
             handles.append(line)
-    fig.legend(handles=handles, title=title, loc="outside right center", frameon=False)
+    # A long legend gets columns and a figure tall enough to hold it (else it overruns the
+    # title and squeezes the panels)
+    ncol = math.ceil(len(handles) / LEGEND_ROWS)
+    rows = math.ceil(len(handles) / ncol)
+    fig.set_figheight(max(fig.get_figheight(), LEGEND_ROW_INCHES * rows + 1.5))
+    fig.set_figwidth(fig.get_figwidth() + LEGEND_COLUMN_INCHES * (ncol - 1))
+    fig.legend(handles=handles, title=title, loc="outside right center", frameon=False, ncol=ncol)

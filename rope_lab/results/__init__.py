@@ -10,12 +10,20 @@ Layout of ``runs/SWEEP/``::
 
 Modules: ``schema`` (tables, their columns and dtypes), ``columns`` (a config as trials-table
 columns), ``store`` (atomic segment writes, the trial row, the success marker), ``lease``
-(``TrialLease``), ``scan`` (``load``: lazy scans with the declared schemas).
+(``TrialLease``), ``scan`` (``load``: lazy scans with the declared schemas, of run
+directories or a folder of them).
 """
 
 from rope_lab.results.columns import config_schema, flatten_config
 from rope_lab.results.lease import TrialLease
-from rope_lab.results.scan import Results, load, read_trial_table
+from rope_lab.results.scan import (
+    Results,
+    RunDirError,
+    is_run_dir,
+    load,
+    read_trial_table,
+    run_directories,
+)
 from rope_lab.results.schema import (
     EVAL_SCHEMA,
     NTK_SCHEMA,
@@ -42,14 +50,17 @@ __all__ = [
     "TRAIN_SCHEMA",
     "TRIALS_SCHEMA",
     "Results",
+    "RunDirError",
     "TrialLease",
     "append_rows",
     "config_schema",
     "flatten_config",
     "is_finished",
+    "is_run_dir",
     "load",
     "mark_success",
     "read_trial_table",
+    "run_directories",
     "trial_dir",
     "write_trial_row",
 ]

@@ -109,10 +109,47 @@ def _scan_trials(files: list[str], declared: Mapping[str, pl.DataType]) -> pl.La
     return pl.concat(frames, how="vertical")
 
 
+class RunDirError(ValueError):
+    """A path given to `load` that is neither a run directory nor a folder of run directories."""
+
+
 def _as_paths(run_dirs: str | Path | Sequence[str | Path]) -> tuple[Path, ...]:
     if isinstance(run_dirs, str | os.PathLike):
         return (Path(run_dirs),)
     return tuple(Path(r) for r in run_dirs)
+
+
+def is_run_dir(path: str | Path) -> bool:
+    """Whether ``path`` is a run directory: it holds a ``trials/`` folder."""
+    return (Path(path) / "trials").is_dir()
+
+
+def run_directories(paths: str | Path | Sequence[str | Path]) -> tuple[Path, ...]:
+    """The run directories named by ``paths``, in order: a run directory (it holds
+    ``trials/``) as it is, a parent folder (e.g. the ``--out`` of `rope-lab sweep run`) as
+    every child run directory in name order. RunDirError naming what was found otherwise."""
+    out: list[Path] = []
+    for path in _as_paths(paths):
+        if is_run_dir(path):
+            out.append(path)
+            continue
+        if not path.is_dir():
+            what = "a file" if path.exists() else "no such directory"
+            raise RunDirError(f"not a run directory ({what}): {path}")
+        children = sorted(p for p in path.iterdir() if p.is_dir() and is_run_dir(p))
+        if not children:
+            found = sorted(
+                p.name + ("/" if p.is_dir() else "")
+                for p in path.iterdir()
+                if not p.name.startswith(".")
+            )
+            listing = ", ".join(found[:10]) + (", ..." if len(found) > 10 else "")
+            raise RunDirError(
+                f"not a run directory (no trials/ folder) and no run directory inside it: "
+                f"{path} holds {listing or 'nothing'}"
+            )
+        out.extend(children)
+    return tuple(out)
 
 
 def load(
@@ -122,13 +159,16 @@ def load(
 ) -> Results:
     """Lazily scan all tables of one or more run directories.
 
+    Each path is a run directory (it holds ``trials/``, e.g. ``runs/smoke``) or a folder of
+    run directories (e.g. ``runs``: every child with a ``trials/`` folder is loaded); anything
+    else raises RunDirError (a ValueError) naming what the path holds (`run_directories`).
     train/eval/ntk use their declared schemas: columns missing from older files read as null,
     unknown extra columns are ignored. trials has TRIALS_SCHEMA, then the ``config_schema``
     columns (e.g. ``config_schema(TrialConfig)``) with those dtypes, then any other column
     present in some file. Hidden files (temp files of in-flight writes) are skipped. The file
     list is fixed when ``load`` is called.
     """
-    runs = _as_paths(run_dirs)
+    runs = run_directories(run_dirs)
     declared_trials = dict(TRIALS_SCHEMA)
     for name, dtype in (config_schema or {}).items():
         declared_trials.setdefault(name, dtype)

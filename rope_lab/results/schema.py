@@ -64,6 +64,8 @@ TRIALS_SCHEMA: Final = pl.Schema(
         "error": pl.String(),  # traceback, or null
         "wall_time_s": pl.Float64(),
         "n_params": pl.Int64(),
+        # less embedding, readout, learned position table; null in runs written before it
+        "n_params_non_embedding": pl.Int64(),
         "tokens_seen": pl.Int64(),
         "started_at": pl.Datetime("us", "UTC"),
         "finished_at": pl.Datetime("us", "UTC"),

@@ -3,30 +3,76 @@
 from __future__ import annotations
 
 from rope_lab.config import TrialConfig
-from rope_lab.scaling_plan import finetune_scalings, scalings_for
+from rope_lab.ntk_plan import gradient_passes, outputs_per_row
+from rope_lab.scaling_plan import finetune_scalings, scaling_stages, scalings_for
 from rope_lab.sweep.spec import SweepSpec, axis_assignments, format_value
 
 
+def _matmul_params(trial: TrialConfig) -> int:
+    """Weights of the matmuls: blocks (4 D^2 attention + k D M MLP each) and the readout D V."""
+    m = trial.model
+    k = 3 if m.mlp == "swiglu" else 2
+    return (
+        m.depth * (4 * m.width * m.width + k * m.width * m.d_mlp) + m.width * trial.task.vocab_size
+    )
+
+
+def forward_flops(trial: TrialConfig, length: int) -> int:
+    """FLOPs of one forward pass over one length-L sequence: F(L) = 2 N L + 4 depth L^2 D plus
+    what each layer's encoding adds (`extra_flops`); see `estimate_cost`."""
+    m = trial.model
+    repeats = m.depth // len(m.pattern)
+    extra = repeats * sum(
+        m.layer_position(layer).options.extra_flops(
+            m.with_position(m.layer_position(layer)), length
+        )
+        for layer in m.pattern
+    )
+    return 2 * _matmul_params(trial) * length + 4 * m.depth * length * length * m.width + extra
+
+
+def ntk_flops(trial: TrialConfig) -> int:
+    """FLOPs of a trial's empirical-NTK tracking (`rope_lab.ntk_plan.gradient_passes`): each
+    sequence of a gradient pass costs one forward and `rows` x C backward passes, a backward
+    counted as 2 forwards, so F(L) (1 + 2 rows C): 3 F(L) for one output (C = V for `ntk.output`
+    "trace", else 1). Kernel contractions on the host are not counted."""
+    outputs = outputs_per_row(trial)
+    return sum(
+        g.count * g.sequences * forward_flops(trial, g.length) * (1 + 2 * g.rows * outputs)
+        for g in gradient_passes(trial)
+    )
+
+
+def n_stages(trial: TrialConfig) -> int:
+    """Sweep stages of a trial: its train stage and one per `scaling_stages` (each RoPE method x
+    factor, fine-tuning included; the zero-shot temperature)."""
+    return 1 + len(scaling_stages(trial))
+
+
 def estimate_cost(trial: TrialConfig) -> dict[str, int]:
-    """Analytic parameter count, tokens and FLOPs of one trial.
+    """Analytic parameter count, tokens, FLOPs and stages of one trial.
 
     n_params (trainable, = `model.count_params`): embedding V D, a learned table
     max_length x D, per block 4 D^2 (attention) + k D M (MLP; k = 3 for SwiGLU, else 2) + two
     norms (2D each for LayerNorm, D for RMSNorm), a final norm, and the readout D V.
-    Forward FLOPs of one length-L sequence: F(L) = 2 N L + 4 depth L^2 D, where N counts the
-    matmul weights (blocks and readout; embedding and position tables are lookups) and
-    4 L^2 D is Q K^T plus A V over the full masked L x L matrix of each layer, plus what each
-    layer's encoding adds (`extra_flops`: CoPE's gates, cumulative sums and q . e). A training
-    step costs 3 forward passes, so train_flops = 6 N tokens + 12 depth L^2 D per sequence
-    (plus 3 x the encodings' extra).
+    n_params_non_embedding (= `model.count_non_embedding_params`): n_params less the
+    embedding, the readout and a learned table.
+    Forward FLOPs of one length-L sequence (`forward_flops`): F(L) = 2 N L + 4 depth L^2 D,
+    where N counts the matmul weights (blocks and readout; embedding and position tables are
+    lookups) and 4 L^2 D is Q K^T plus A V over the full masked L x L matrix of each layer, plus
+    what each layer's encoding adds (`extra_flops`: CoPE's gates, cumulative sums and q . e).
+    A training step costs 3 forward passes, so train_flops = 6 N tokens + 12 depth L^2 D per
+    sequence (plus 3 x the encodings' extra).
     Fine-tuning (RoPE, eval.finetune_steps > 0) repeats that at factor x L for each scaling;
     evaluation is forward only at every eval length, once per scaling (direct; plus each
-    method x factor for RoPE, and again after fine-tuning). Periodic hooks are not counted.
+    method x factor for RoPE, and again after fine-tuning); ntk_flops is the empirical-NTK
+    tracking (`ntk_flops`). total_flops = train + fine-tune + eval + NTK. stages: `n_stages`.
+    Periodic hooks other than the NTK tracking are not counted.
     """
     m, tr, ev = trial.model, trial.train, trial.eval
-    d, v, k = m.width, trial.task.vocab_size, 3 if m.mlp == "swiglu" else 2
+    d, v = m.width, trial.task.vocab_size
     norm = 2 * d if m.norm == "layernorm" else d
-    matmul = m.depth * (4 * d * d + k * d * m.d_mlp) + d * v
+    matmul = _matmul_params(trial)
     encoding = m.position.options.n_params(m, max_length=trial.max_length)
     for layer in m.layers:
         if layer.position is not None:
@@ -35,17 +81,14 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
     if m.scalable_softmax:
         encoding += m.depth * m.n_heads
     n_params = v * d + encoding + matmul + m.depth * 2 * norm + norm
-
-    repeats = m.depth // len(m.pattern)
+    # Kaplan et al.'s N: less the token embedding, the (untied) readout and a learned table
+    # the model-wide encoding adds to the input (= `model.count_non_embedding_params`)
+    position = m.position.options
+    table = position.n_params(m, max_length=trial.max_length) if "embed" in position.hooks else 0
+    non_embedding = n_params - 2 * v * d - table
 
     def seq_flops(length: int) -> int:
-        extra = repeats * sum(
-            m.layer_position(layer).options.extra_flops(
-                m.with_position(m.layer_position(layer)), length
-            )
-            for layer in m.pattern
-        )
-        return 2 * matmul * length + 4 * m.depth * length * length * d + extra
+        return forward_flops(trial, length)
 
     scalings = [(s.method, s.factor) for s in scalings_for(trial)[1:]]
     finetune = ev.finetune_steps if m.supports_scaling else 0
@@ -55,15 +98,20 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
     train_seqs, ft_seqs = tr.steps * tr.batch_size, finetune * tr.batch_size
     cost = {
         "n_params": n_params,
+        "n_params_non_embedding": non_embedding,
         "matmul_params": matmul,
+        "stages": n_stages(trial),
         "train_tokens": train_seqs * tr.length,
         "train_flops": 3 * train_seqs * seq_flops(tr.length),
         "finetune_tokens": ft_seqs * sum(ft_lengths),
         "finetune_flops": 3 * ft_seqs * sum(seq_flops(n) for n in ft_lengths),
         "eval_tokens": eval_seqs * sum(trial.eval_lengths),
         "eval_flops": eval_seqs * sum(seq_flops(n) for n in trial.eval_lengths),
+        "ntk_flops": ntk_flops(trial),
     }
-    cost["total_flops"] = cost["train_flops"] + cost["finetune_flops"] + cost["eval_flops"]
+    cost["total_flops"] = (
+        cost["train_flops"] + cost["finetune_flops"] + cost["eval_flops"] + cost["ntk_flops"]
+    )
     return cost
 
 
@@ -75,18 +123,24 @@ def _layout(trial: TrialConfig) -> str:
 def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
     """Text table for `rope-lab sweep plan`: one line per trial and a total line.
 
+    Columns: the swept values, parameters (all, and non-embedding: `estimate_cost`), stages,
+    tokens, FLOPs, CPU time.
+
     CPU time is total FLOPs / `flops_per_s` (sustained); it ignores compilation and per-step
     overhead, which dominate tiny models.
     """
     keys = list(spec.axes)
     short = [k.rsplit(".", 1)[-1] for k in keys]
     heads = [s if short.count(s) == 1 else k for s, k in zip(short, keys, strict=True)]
-    header = ["trial", *heads, "params", "train tok", "eval tok", "FLOPs", "CPU time"]
-    summed = ("train_tokens", "eval_tokens", "total_flops")
+    header = [
+        "trial", *heads, "params", "non-emb", "stages", "train tok", "eval tok", "NTK FLOPs",
+        "FLOPs", "CPU time",
+    ]  # fmt: skip
+    summed = ("stages", "train_tokens", "eval_tokens", "ntk_flops", "total_flops")
     totals = dict.fromkeys(summed, 0)
 
     def numbers(cost: dict[str, int]) -> list[str]:
-        cells = [_si(cost[name]) for name in summed]
+        cells = [str(cost[name]) if name == "stages" else _si(cost[name]) for name in summed]
         return [*cells, _duration(cost["total_flops"] / flops_per_s)]
 
     rows = []
@@ -97,8 +151,9 @@ def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
             _layout(trial) if key == "model.layers" else format_value(v)
             for key, v in axis_assignments(trial, spec).items()
         ]
-        rows.append([trial.trial_id, *values, _si(cost["n_params"]), *numbers(cost)])
-    total = [f"total ({len(spec.trials)} trials)", *[""] * len(keys), "", *numbers(totals)]
+        params = [_si(cost["n_params"]), _si(cost["n_params_non_embedding"])]
+        rows.append([trial.trial_id, *values, *params, *numbers(cost)])
+    total = [f"total ({len(spec.trials)} trials)", *[""] * len(keys), "", "", *numbers(totals)]
     widths = [max(len(r[i]) for r in [header, *rows, total]) for i in range(len(header))]
 
     def line(cells: list[str]) -> str:
@@ -108,8 +163,9 @@ def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
 
     rule = "-" * len(line(header))
     intro = (
-        f"sweep {spec.name}: {len(spec.trials)} trials; FLOPs = train + fine-tune + eval; "
-        f"CPU time at {flops_per_s / 1e9:g} GFLOP/s sustained (compilation not included)"
+        f"sweep {spec.name}: {len(spec.trials)} trials; stages = train + one per scaling "
+        f"stage; FLOPs = train + fine-tune + eval + NTK tracking; CPU time at "
+        f"{flops_per_s / 1e9:g} GFLOP/s sustained (compilation not included)"
     )
     return "\n".join([intro, line(header), rule, *map(line, rows), rule, line(total)])
 

@@ -1,12 +1,23 @@
-"""Text tables of a run directory: the end-of-sweep summary and `rope-lab sweep status`."""
+"""Text of a run directory: the end-of-sweep summary (table, failures, where the results are)
+and `rope-lab sweep status`."""
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Iterable
 from pathlib import Path
 
 import polars as pl
 
-from rope_lab.results import is_finished, load
+from rope_lab.pipeline import ERROR_FILE
+from rope_lab.results import (
+    RunDirError,
+    is_finished,
+    is_run_dir,
+    load,
+    run_directories,
+    trial_dir,
+)
 from rope_lab.sweep.stages import STAGES_DIR, read_done
 
 
@@ -15,49 +26,150 @@ def _trial_folders(run_dir: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []
 
 
-def summary_table(run_dir: Path) -> str:
-    """One line per finished trial: status, wall time, params, final loss, and for the base
-    evaluation the accuracy at L_train and at the longest evaluated length."""
+THRESHOLD = 0.9  # fraction of the L_train value a length must keep (`extrapolation_summary`)
+_TABLE_CONFIG = {
+    "tbl_rows": -1,
+    "tbl_cols": -1,
+    "tbl_width_chars": 200,
+    "float_precision": 3,
+    "fmt_str_lengths": 80,
+    "tbl_hide_dataframe_shape": True,
+    "tbl_hide_column_data_types": True,
+}
+
+
+def summary_frame(run_dir: Path, *, threshold: float = THRESHOLD) -> pl.DataFrame:
+    """One row per trial of the trials table: status, wall time, params, final training loss,
+    then for the model as trained (no RoPE scaling, no fine-tuning) its task's metric
+    (`query.default_metric`: loss for language-model tasks, accuracy otherwise; named in the
+    `metric` column, so a run mixing tasks shows each with its own) at L_train (`@L_train`)
+    and at the longest evaluated length (`@longest`), that length (`longest_evaluated`), and
+    `longest_kept`: the longest length up to which every evaluated length keeps `threshold` x
+    the L_train value (loss: at most the L_train loss / `threshold`), i.e. how far the model
+    extrapolates (`query.extrapolation_summary`'s `longest_length`)."""
+    from rope_lab import query as q
+
     res = load(run_dir)
-    trials = res.trials.collect()
-    if trials.is_empty():
-        return "(no finished trials)"
     final_loss = (
         res.train.sort("step").group_by("trial_id").agg(pl.col("loss").last().alias("final_loss"))
     )
+    columns = res.eval_with_config.collect_schema().names()
     base = res.eval_with_config.filter(
         pl.col("position_bucket").is_null()
-        & (pl.col("method") == pl.first("method").over("trial_id"))
+        & (pl.col("finetune_steps").fill_null(0) == 0)
+        & q.trained_expr(columns)
+    ).collect()
+    per_trial = []
+    for task, metric in q.task_metrics(base).items():
+        rows = base if task is None else base.filter(pl.col("task.name") == task)
+        if rows.is_empty():
+            continue
+        value = pl.col(metric).cast(pl.Float64)
+        at = (
+            rows.sort("length")
+            .group_by("trial_id", maintain_order=True)
+            .agg(
+                pl.lit(metric).alias("metric"),
+                value.filter(pl.col("length") == pl.col("train.length")).first().alias("@L_train"),
+                value.last().alias("@longest"),
+                pl.col("length").last().alias("longest_evaluated"),
+            )
+        )
+        kept = q.extrapolation_summary(rows, threshold=threshold, metric=metric).select(
+            "trial_id", pl.col("longest_length").alias("longest_kept")
+        )
+        per_trial.append(at.join(kept, on="trial_id", how="left"))
+    evals = (
+        pl.concat(per_trial)
+        if per_trial
+        else pl.DataFrame(
+            schema={
+                "trial_id": pl.String,
+                "metric": pl.String,
+                "@L_train": pl.Float64,
+                "@longest": pl.Float64,
+                "longest_evaluated": pl.Int64,
+                "longest_kept": pl.Int64,
+            }
+        )
     )
-    at_train = base.filter(pl.col("length") == pl.col("train.length")).select(
-        "trial_id", pl.col("accuracy").alias("acc@L_train")
-    )
-    longest = (
-        base.sort("length")
-        .group_by("trial_id")
-        .agg(pl.col("length").last().alias("max_len"), pl.col("accuracy").last().alias("acc@max"))
-    )
-    table = (
+    return (
         res.trials.select("trial_id", "status", pl.col("wall_time_s").round(1), "n_params")
         .join(final_loss, on="trial_id", how="left")
-        .join(at_train, on="trial_id", how="left")
-        .join(longest, on="trial_id", how="left")
-        .sort("trial_id")
         .collect()
+        .join(evals, on="trial_id", how="left")
+        .sort("trial_id")
     )
-    with pl.Config(
-        tbl_rows=-1,
-        tbl_cols=-1,
-        tbl_width_chars=200,
-        float_precision=3,
-        tbl_hide_dataframe_shape=True,
-        tbl_hide_column_data_types=True,
-    ):
-        return str(table)
+
+
+def summary_table(run_dir: Path, *, threshold: float = THRESHOLD) -> str:
+    """`summary_frame` as text, then a legend line; "(no finished trials)" without trials."""
+    table = summary_frame(run_dir, threshold=threshold)
+    if table.is_empty():
+        return "(no finished trials)"
+    legend = (
+        "metric: loss for language-model tasks, accuracy otherwise, as trained (no scaling, no "
+        "fine-tuning); @L_train / @longest: at the training length / at longest_evaluated; "
+        f"longest_kept: longest length up to which every evaluated length keeps >= "
+        f"{threshold:.0%} of the L_train value (loss: <= L_train loss / {threshold:g})"
+    )
+    with pl.Config(**_TABLE_CONFIG):  # type: ignore[arg-type]
+        return f"{table}\n{legend}"
+
+
+def last_line(error: str | None) -> str:
+    """The exception line of a traceback (its last non-empty line), e.g. 'ValueError: ...'."""
+    lines = [line.strip() for line in (error or "").splitlines() if line.strip()]
+    return lines[-1] if lines else "(no error recorded)"
+
+
+def failure_lines(run_dir: Path, trial_ids: Iterable[str] | None = None) -> list[str]:
+    """For each failed or diverged trial of `run_dir` (of `trial_ids` when given), in id order:
+    `failed    ID: <exception line>` then `          traceback: <RUN_DIR/trials/ID/error.txt>`
+    (the trials row's `error` column when no file was written), or
+    `diverged  ID: non-finite training loss (a result; no traceback)`."""
+    trials = load(run_dir).trials.select("trial_id", "status", "error").collect()
+    wanted = None if trial_ids is None else set(trial_ids)
+    out = []
+    for trial_id, status, error in trials.sort("trial_id").iter_rows():
+        if wanted is not None and trial_id not in wanted:
+            continue
+        if status == "diverged":
+            out.append(f"diverged  {trial_id}: non-finite training loss (a result; no traceback)")
+        elif status == "failed":
+            path = trial_dir(run_dir, trial_id) / ERROR_FILE
+            where = str(path) if path.exists() else "the error column of the trials table"
+            out.append(f"failed    {trial_id}: {last_line(error)}")
+            out.append(f"          traceback: {where}")
+    return out
+
+
+def next_steps(run_dir: Path) -> list[str]:
+    """Where a run's results are and the commands that read them (the run directory itself,
+    e.g. `runs/smoke`: `--out` is its parent)."""
+    where = shlex.quote(str(run_dir))
+    return [
+        f"run directory: {run_dir}",
+        f"  rope-lab results {where}",
+        f"  rope-lab plot extrapolation {where}",
+        f"  rope-lab sweep status {where}",
+    ]
 
 
 def status_table(run_dir: Path) -> str:
-    """Every trial folder with its state: finished, or which stages are done / pending."""
+    """Every trial folder with its state: finished, or which stages are done / pending; for a
+    folder of run directories (the `--out` of `sweep run`), each run's table under its path."""
+    if not is_run_dir(run_dir) and run_dir.is_dir():
+        try:
+            runs = run_directories(run_dir)
+        except RunDirError:
+            runs = ()
+        if runs:
+            return "\n\n".join(f"{run}:\n{_status_of_run(run)}" for run in runs)
+    return _status_of_run(run_dir)
+
+
+def _status_of_run(run_dir: Path) -> str:
     rows = []
     for folder in _trial_folders(run_dir):
         stages = sorted((folder / STAGES_DIR).glob("*")) if (folder / STAGES_DIR).exists() else []

@@ -142,26 +142,39 @@ class SweepSummary:
 
 
 class Progress:
-    """One status line: trials done / failed / skipped, stage tasks active (queued or running),
-    and ETA. Rewritten in place on a TTY; otherwise printed once per finished trial."""
+    """One status line, e.g. `3/8 trials finished (13/31 stages): 1 failed, 2 skipped; 2 stages
+    active; elapsed 40s, ETA 67s`. Trials: finished (done, diverged or failed, plus the skipped
+    ones finished before) of all the sweep's trials. Stages: this run's stage tasks ended of
+    those planned (each trial to run: its train stage and one per `scaling_stages`; a train
+    stage that does not end `done` takes its trial's scaling stages off the plan). Active:
+    stage tasks queued or running. ETA: elapsed per finished trial x trials left. Rewritten in
+    place on a TTY; otherwise printed once per finished trial."""
 
-    def __init__(self, total: int, skipped: int, stream=sys.stderr):
-        self.total, self.skipped, self.stream = total, skipped, stream
+    def __init__(self, total: int, skipped: int, stages: int = 0, stream=None):
+        self.total, self.skipped = total, skipped
+        self.stream = sys.stderr if stream is None else stream  # the current one, not import's
         self.done = self.failed = self.running = 0
+        self.stages_done, self.stages_total = 0, stages
         self.start = time.perf_counter()
-        self.tty = stream.isatty()
+        self.tty = self.stream.isatty()
 
-    def show(self) -> None:
-        """Print the current line."""
+    def line(self) -> str:
+        """The current status line."""
         finished = self.done + self.failed
         elapsed = time.perf_counter() - self.start
         remaining = self.total - self.skipped - finished
-        eta = f"{elapsed / finished * remaining:5.0f}s" if finished else "    ?"
-        line = (
-            f"[{finished + self.skipped}/{self.total}] done {self.done}  active {self.running}"
-            f"  failed {self.failed}  skipped {self.skipped}  elapsed {elapsed:4.0f}s  ETA {eta}"
+        eta = f"{elapsed / finished * remaining:.0f}s" if finished else "?"
+        return (
+            f"{finished + self.skipped}/{self.total} trials finished "
+            f"({self.stages_done}/{self.stages_total} stages): {self.failed} failed, "
+            f"{self.skipped} skipped; {self.running} stages active; "
+            f"elapsed {elapsed:.0f}s, ETA {eta}"
         )
-        self.stream.write(("\r" + line) if self.tty else line + "\n")
+
+    def show(self) -> None:
+        """Print the current line."""
+        line = self.line()
+        self.stream.write(("\r" + line + "\x1b[K") if self.tty else line + "\n")
         self.stream.flush()
 
     def close(self) -> None:
@@ -180,10 +193,11 @@ def run_sweep(
 ) -> SweepSummary:
     """Run every unfinished trial of `spec` under `out_dir/spec.name`; return the summary."""
     run_dir = Path(out_dir) / spec.name
-    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "trials").mkdir(parents=True, exist_ok=True)  # a run directory from the start
     todo = [t for t in spec.trials if not is_finished(trial_dir(run_dir, t.trial_id))]
     statuses = {t.trial_id: "skipped" for t in spec.trials}
-    bar = Progress(len(spec.trials), len(spec.trials) - len(todo))
+    planned = sum(1 + len(scaling_stages(t)) for t in todo)
+    bar = Progress(len(spec.trials), len(spec.trials) - len(todo), planned)
     start = time.perf_counter()
     if not todo:
         if progress:
@@ -219,6 +233,9 @@ def run_sweep(
             state.results.append(
                 {"stage": stage, "submitted_at": submitted, "queued_s": queued, **result}
             )
+            bar.stages_done += 1
+            if stage == TRAIN_STAGE and result.get("status") != "done":
+                bar.stages_total -= len(scaling_stages(state.cfg))  # not run: off the plan
             if stage == TRAIN_STAGE and result.get("status") == "done":
                 for method, factor in scaling_stages(state.cfg):
                     submit(

@@ -36,7 +36,13 @@ from rope_lab.config import (
 from rope_lab.sweep.plain import canon, format_value, lookup, nest, set_dotted, unique
 
 NAME_PATTERN = re.compile(r"[a-z0-9_-]+")
-SCALING_KEYS = ("eval.methods", "eval.factors", "eval.finetune_steps")
+SCALING_KEYS = (
+    "eval.methods",
+    "eval.factors",
+    "eval.finetune_steps",
+    "eval.finetune_methods",
+    "eval.finetune_factors",
+)
 MAX_TRIAL_ERRORS = 5
 
 
@@ -55,6 +61,8 @@ class ScalingSpec:
     methods: tuple[str, ...] | None = None
     factors: tuple[float, ...] | None = None
     finetune_steps: int | None = None
+    finetune_methods: tuple[str, ...] | None = None
+    finetune_factors: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -280,7 +288,9 @@ def _check_overlaps(axes: list[_Axis], has_scaling: bool, errors: list[str]) -> 
 def _check_scaling(scaling: ScalingSpec, errors: list[str]) -> None:
     from rope_lab.rope import ROPE_KINDS
 
-    allowed = [k for k in ROPE_KINDS if k != "default"]
+    # `default` at factor s is unscaled RoPE; fine-tuned at s x L_train it is the control of
+    # every extension method (fine-tuning alone, for the same steps)
+    allowed = list(ROPE_KINDS)
     for i, method in enumerate(scaling.methods or ()):
         if method not in allowed:
             errors.append(
@@ -384,7 +394,9 @@ def _apply_scaling(cfg: TrialConfig, scaling: ScalingSpec | None) -> TrialConfig
     if scaling is None:
         return cfg
     if not cfg.model.supports_scaling:
-        return replace(cfg, **{"eval.methods": (), "eval.factors": (), "eval.finetune_steps": 0})
+        cleared = {"eval.methods": (), "eval.factors": (), "eval.finetune_steps": 0}
+        cleared |= {"eval.finetune_methods": (), "eval.finetune_factors": ()}
+        return replace(cfg, **cleared)
     changes = {f"eval.{f.name}": getattr(scaling, f.name) for f in dataclasses.fields(scaling)}
     return replace(cfg, **{k: v for k, v in changes.items() if v is not None})
 

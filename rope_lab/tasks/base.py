@@ -119,15 +119,17 @@ class TaskParams:
     fields are the task's parameters (names, types and defaults), with no checks of their own.
 
     Its task class subclasses it and :class:`Task` (adding ``vocab_size``; declaring it sets
-    ``task_class``), so a task's parameters are fields of the task too. Class attributes: ``name``
-    (set by the registry), ``display_name`` (figures and tables) and ``is_text`` (the task reads
-    a corpus whose ``train`` and ``eval`` splits hold different text).
+    ``task_class``), so a task's parameters are fields of the task too. Class attributes:
+    ``name`` (set by the registry), ``display_name`` (figures and tables), ``default_metric``
+    (what tables and plots read by default: "loss" or "accuracy") and ``is_text`` (the task
+    reads a corpus whose ``train`` and ``eval`` splits hold different text).
     """
 
     name: ClassVar[str]
     display_name: ClassVar[str]
     order: ClassVar[int]  # rank in listings (registry order)
     is_text: ClassVar[bool] = False
+    default_metric: ClassVar[str] = "accuracy"  # what tables and plots read without --metric
     task_class: ClassVar[type[Task]]
 
     @classmethod

@@ -39,6 +39,7 @@ class SyntheticLMParams(TaskParams):
     seed: int = 0
     display_name: ClassVar[str] = "synthetic LM"
     order: ClassVar[int] = 4
+    default_metric: ClassVar[str] = "loss"
 
 
 @dataclass(frozen=True)

@@ -22,12 +22,15 @@ from rope_lab.tasks.base import (
     randint,
     random_bits,
 )
+from rope_lab.tasks.corpora import builtin_text, is_builtin
 
 _TEXT_CACHE: dict[tuple[str, int, int], np.ndarray] = {}
 _TEXT_DEVICE: dict[tuple[str, int, int, float, str], jax.Array] = {}
 
 
 def _text_key(path: str) -> tuple[str, int, int]:
+    if is_builtin(path):
+        return (path, 0, int(builtin_text(path).size))
     real = os.path.realpath(path)
     if not os.path.isfile(real):
         raise ValueError(f"lm_text: path={path!r} does not exist or is not a regular file")
@@ -37,6 +40,8 @@ def _text_key(path: str) -> tuple[str, int, int]:
 
 def _load_text(path: str) -> np.ndarray:
     """Read a file once into a read-only uint8 array (cached by path, mtime and size)."""
+    if is_builtin(path):
+        return builtin_text(path)
     cache_key = _text_key(path)
     if cache_key not in _TEXT_CACHE:
         data = np.fromfile(cache_key[0], dtype=np.uint8)
@@ -67,6 +72,7 @@ class TextLMParams(TaskParams):
     display_name: ClassVar[str] = "text LM"
     order: ClassVar[int] = 5
     is_text: ClassVar[bool] = True
+    default_metric: ClassVar[str] = "loss"
 
 
 @dataclass(frozen=True)
@@ -74,7 +80,8 @@ class TextLMTask(TextLMParams, Task):
     """Byte-level language modelling on a local text file (nothing is downloaded).
 
     Vocabulary: bytes 0..255 (vocab_size must be >= 256; larger ids are unused). The file at
-    ``path`` is read once into a uint8 array (``self.data``, shared through a module-level cache;
+    ``path`` (or the built-in corpus ``builtin:python-docs``, :mod:`rope_lab.tasks.corpora`) is
+    read once into a uint8 array (``self.data``, shared through a module-level cache;
     the task hashes and compares by ``vocab_size``, ``path`` and ``eval_fraction``). The last
     ``eval_fraction`` of the file (default 0.1, contiguous) is the ``eval`` split, used by
     evaluation and NTK probes; training windows never touch it (:func:`text_split_bounds`).

@@ -204,6 +204,34 @@ DEFECTS = (
         "jnp.log(n + 1)[None, :]",
         ("tests/test_model_layers.py::test_scalable_softmax_multiplies_logits_by_s_log_n",),
     ),
+    Defect(
+        "claims-interval-touching-the-threshold-holds",
+        "rope_lab/claims/base.py",
+        'return "holds" if low > threshold else',
+        'return "holds" if low >= threshold else',
+        ("tests/claims/test_base.py",),
+    ),
+    Defect(
+        "claims-rise-counts-the-bucket-at-l-train-as-inside",
+        "rope_lab/claims/measures.py",
+        'pl.col("position_bucket") >= pl.col("train.length")',
+        'pl.col("position_bucket") > pl.col("train.length")',
+        ("tests/claims/test_encodings.py",),
+    ),
+    Defect(
+        "claims-rise-against-the-wrong-sign",
+        "rope_lab/claims/measures.py",
+        '(pl.col("value") - pl.col("base")).alias("value")',
+        '(pl.col("base") - pl.col("value")).alias("value")',
+        ("tests/claims/test_encodings.py",),
+    ),
+    Defect(
+        "finetune-every-scaling-despite-the-choice",
+        "rope_lab/scaling_plan.py",
+        "and (not ev.finetune_methods or scaling.method in ev.finetune_methods)",
+        "",
+        ("tests/test_evaluate.py::test_finetune_only_the_chosen_methods_and_factors",),
+    ),
 )
 
 

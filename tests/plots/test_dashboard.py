@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from matplotlib.figure import Figure
 
 from tests.plots.synthetic import data_axes
@@ -11,9 +12,46 @@ from tests.plots.synthetic import data_axes
 
 def test_summary_dashboard(rendered: dict[str, tuple[Figure, Path]]) -> None:
     fig = rendered["summary"][0]
-    axes = data_axes(fig)
-    assert len(axes) == 9  # 6 eval panels + 3 ntk panels
+    *axes, _claims = data_axes(fig)
+    assert len(axes) == 9  # 6 eval panels + 3 ntk panels (then the claims panel)
     titles = [ax.get_title() for ax in axes]
     assert any(t.startswith("accuracy vs length") for t in titles)
     assert any(t.startswith("longest length keeping") for t in titles)
     assert any("drift" in t for t in titles)
+
+
+def test_summary_ends_with_the_claims_verdicts(
+    rendered: dict[str, tuple[Figure, Path]], store: Path
+) -> None:
+    """The last panel: the counts of `rope-lab claims` on the run, then one line per decided
+    verdict with its effect."""
+    from rope_lab.claims import judge
+
+    claims = data_axes(rendered["summary"][0])[-1]
+    verdicts = judge(store)
+    counts = [sum(v.verdict == k for v in verdicts) for k in ("holds", "fails", "inconclusive")]
+    assert claims.get_title(loc="left").startswith(
+        "published claims on these runs: {} holds, {} fails, {} inconclusive".format(*counts)
+    )
+    text = "\n".join(t.get_text() for t in claims.texts)
+    decided = [v for v in verdicts if v.verdict != "inconclusive"]
+    assert len([line for line in text.splitlines() if line]) == min(len(decided), 32)
+    for v in decided[:32]:
+        assert f"{v.claim} ({v.scope}): effect {v.effect:.3g}" in text
+
+
+def test_longest_length_panel_reads_each_task_by_its_metric(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rope_lab import plots
+    from rope_lab import query as q
+    from rope_lab.plots.dashboard import _kept
+
+    assert _kept(["accuracy"], 0.9) == "≥ 90% of L_train accuracy"
+    assert _kept(["loss"], 0.9) == "loss ≤ L_train loss / 0.9"
+    assert _kept(["accuracy", "loss"], 0.8) == (
+        "≥ 80% of L_train accuracy / loss ≤ L_train loss / 0.8"
+    )
+    monkeypatch.setattr(q, "default_metric", lambda task: "loss")  # as for an LM task
+    titles = [ax.get_title() for ax in data_axes(plots.summary(store))]
+    assert "longest length keeping loss ≤ L_train loss / 0.9" in titles

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 from matplotlib.figure import Figure
 
 from rope_lab import plots
+from rope_lab import query as q
 from tests.plots.synthetic import (
     KINDS,
     L_TRAIN,
@@ -76,3 +78,50 @@ def test_positions(rendered: dict[str, tuple[Figure, Path]]) -> None:
     assert axes[0].get_ylabel().startswith("loss")
     assert "length 128" in fig.get_suptitle()
     assert "have no scored targets" in fig.get_suptitle()
+
+
+def _as_task(store: Path, task: str) -> pl.DataFrame:
+    """The synthetic store's whole-sequence eval rows of width 64, seed 0, as trials of ``task``."""
+    frame = q.eval_table(store).filter(pl.col("model.width") == 64, pl.col("train.seed") == 0)
+    return frame.with_columns(
+        pl.lit(task).alias("task.name"), (pl.col("trial_id") + f"-{task}").alias("trial_id")
+    )
+
+
+def _curve(ax, label_index: int = 0) -> list[float]:
+    return [float(y) for y in ax.lines[label_index].get_ydata()]
+
+
+def test_extrapolation_reads_language_model_tasks_by_loss(store: Path) -> None:
+    lm = _as_task(store, "lm_text")
+    fig = plots.extrapolation(lm)
+    (ax,) = data_axes(fig)
+    assert ax.get_ylabel() == "loss (nats / scored token)"
+    none = lm.filter(pl.col("label") == "none").sort("length")
+    assert _curve(ax) == pytest.approx(none["loss"].to_list())
+    # an explicit metric still wins
+    (ax,) = data_axes(plots.extrapolation(lm, metric="accuracy"))
+    assert ax.get_ylabel() == "accuracy"
+    assert _curve(ax) == pytest.approx(none["accuracy"].to_list())
+
+
+def test_extrapolation_of_mixed_tasks_gives_each_task_its_metric(store: Path) -> None:
+    mixed = pl.concat([_as_task(store, "passkey"), _as_task(store, "lm_synthetic")])
+    fig = plots.extrapolation(mixed)
+    axes = data_axes(fig)
+    assert [ax.get_title() for ax in axes] == ["task lm_synthetic", "task passkey"]
+    assert [ax.get_ylabel() for ax in axes] == ["loss (nats / scored token)", "accuracy"]
+    none = mixed.filter(pl.col("label") == "none").sort("length")
+    lm_rows = none.filter(pl.col("task.name") == "lm_synthetic")
+    pk_rows = none.filter(pl.col("task.name") == "passkey")
+    assert _curve(axes[0]) == pytest.approx(lm_rows["loss"].to_list())
+    assert _curve(axes[1]) == pytest.approx(pk_rows["accuracy"].to_list())
+    assert "loss" in fig.get_suptitle() and "accuracy" in fig.get_suptitle()
+
+
+def test_extrapolation_of_mixed_tasks_facets_by_task(store: Path) -> None:
+    mixed = pl.concat([_as_task(store, "passkey"), _as_task(store, "lm_text")])
+    axes = data_axes(plots.extrapolation(mixed, row="model.depth", col="auto"))
+    assert [ax.get_title() for ax in axes] == ["depth 2, task lm_text", "depth 2, task passkey"]
+    with pytest.raises(q.QueryError, match=r"facet them by task\.name"):
+        plots.extrapolation(mixed, row="model.depth", col="model.width")

@@ -154,3 +154,80 @@ def test_ray_workers_start_with_the_tuned_allocator():
     finally:
         runner.shutdown()
     assert allocator.is_tuned({"GLIBC_TUNABLES": seen})
+
+
+class _Stream:
+    """A non-TTY stream that keeps what was written."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def write(self, s: str) -> None:
+        self.text += s
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def test_progress_line_counts_trials_and_stages(monkeypatch):
+    from rope_lab.sweep import runner
+
+    stream = _Stream()
+    bar = runner.Progress(total=34, skipped=2, stages=102, stream=stream)
+    bar.done, bar.failed, bar.running, bar.stages_done = 9, 1, 3, 40
+    clock = iter([100.0, 112.0])
+    monkeypatch.setattr(runner.time, "perf_counter", lambda: next(clock))
+    bar.start = next(clock)
+    bar.show()
+    # 10 trials in 12 s, 22 left: ETA 26 s
+    assert stream.text == (
+        "12/34 trials finished (40/102 stages): 1 failed, 2 skipped; 3 stages active; "
+        "elapsed 12s, ETA 26s\n"
+    )
+
+
+def test_sweep_progress_counts_stages_and_drops_those_a_diverged_trial_skips(
+    tiny_spec, tmp_path, monkeypatch, capsys
+):
+    from rope_lab.sweep import runner
+
+    spec = load_spec(tiny_spec)  # rope (train + linear x2 + dynamic x2) and alibi (train)
+
+    def train(config, run_dir):
+        return {"status": "diverged" if config["model"]["position"]["kind"] == "rope" else "done"}
+
+    monkeypatch.setattr(runner, "run_train_stage", train)
+    monkeypatch.setattr(runner, "run_scaling_stage", lambda *a: {"status": "done"})
+    monkeypatch.setattr(runner, "finish_trial", lambda run_dir, cfg, results, sweep: "done")
+    monkeypatch.setattr(runner.time, "perf_counter", lambda: 0.0)
+    run_sweep(spec, tmp_path / "runs", runner="serial")
+    lines = capsys.readouterr().err.splitlines()
+    # planned 3 + 1 stages; rope's train stage diverged, so its 2 scaling stages never run
+    assert lines == [
+        "1/2 trials finished (1/2 stages): 0 failed, 0 skipped; 1 stages active; "
+        "elapsed 0s, ETA 0s",
+        "2/2 trials finished (2/2 stages): 0 failed, 0 skipped; 0 stages active; "
+        "elapsed 0s, ETA 0s",
+    ]
+
+
+def test_sweep_progress_counts_every_planned_stage(tiny_spec, tmp_path, monkeypatch, capsys):
+    from rope_lab.sweep import runner
+
+    spec = load_spec(tiny_spec)
+    monkeypatch.setattr(runner, "run_train_stage", lambda *a: {"status": "done"})
+    monkeypatch.setattr(runner, "run_scaling_stage", lambda *a: {"status": "done"})
+    monkeypatch.setattr(runner, "finish_trial", lambda run_dir, cfg, results, sweep: "done")
+    monkeypatch.setattr(runner.time, "perf_counter", lambda: 0.0)
+    summary = run_sweep(spec, tmp_path / "runs", runner="serial")
+    lines = capsys.readouterr().err.splitlines()
+    # the serial runner runs both train stages first, then rope's two scaling stages
+    assert [line.split(":")[0] for line in lines] == [
+        "1/2 trials finished (2/4 stages)",
+        "2/2 trials finished (4/4 stages)",
+    ]
+    assert summary.count("done") == 2
+    assert (tmp_path / "runs" / "tiny" / "trials").is_dir()  # a run directory from the start

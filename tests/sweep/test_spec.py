@@ -204,9 +204,13 @@ WIDTHS = {"model.position.kind": ["rope", "learned"], "model.width": [32, 64]}
         ),
         (
             {"scaling": {"methods": ["linear", "ntk", "rope"]}},
-            r"scaling.methods\[2\]: unknown method 'rope'; allowed: linear, ntk, dynamic, yarn",
+            r"scaling.methods\[2\]: unknown method 'rope'; "
+            r"allowed: default, linear, ntk, dynamic, yarn",
         ),
-        ({"scaling": {"methods": ["default"]}}, r"scaling.methods\[0\]: unknown method 'default'"),
+        (
+            {"scaling": {"methods": ["linear"], "finetune_methods": ["yarn"]}},
+            r"eval.finetune_methods\[0\]: 'yarn' is not among eval.methods \['linear'\]",
+        ),
         ({"scaling": {"factors": [2, 0.5]}}, r"scaling.factors\[1\]: factor must be >= 1, got 0.5"),
         ({"scaling": {"finetune_steps": -1}}, r"scaling.finetune_steps: must be >= 0, got -1"),
         ({"scaling": {"steps": 1}}, r"scaling.steps: unknown key 'steps'"),
@@ -284,7 +288,8 @@ def test_cost_grows_with_width_and_length():
     assert estimate_cost(wide)["n_params"] > estimate_cost(small)["n_params"]
     cost = estimate_cost(small)
     assert cost["train_tokens"] == 10 * 4 * 16
-    assert cost["total_flops"] == cost["train_flops"] + cost["finetune_flops"] + cost["eval_flops"]
+    parts = ("train_flops", "finetune_flops", "eval_flops", "ntk_flops")
+    assert cost["total_flops"] == sum(cost[p] for p in parts)
 
 
 def test_cost_counts_scalings_and_finetuning_for_rope_only():
@@ -323,10 +328,29 @@ def test_plan_table_lists_every_trial_and_a_total():
 
 @pytest.mark.parametrize(
     ("name", "n_trials"),
-    [("smoke", 8), ("pe_grid", 45), ("width_scaling", 90), ("extension", 6)],
+    [
+        ("smoke", 8),
+        ("pe_zoo", 34),
+        ("reproduce_cpu", 39),
+        ("pe_grid", 45),
+        ("width_scaling", 90),
+        ("extension", 6),
+    ],
 )
 def test_shipped_sweeps_load(name, n_trials):
     spec = load_spec(SWEEPS / f"{name}.yaml")
     assert spec.name == name
     assert len(spec.trials) == n_trials
     assert plan_table(spec).splitlines()[-1].startswith(f"total ({n_trials} trials)")
+
+
+def test_the_gpu_reproduction_names_the_corpus_it_needs(tmp_path, monkeypatch):
+    """reproduce.yaml reads data/corpus.txt (rope_lab downloads nothing): rejected, naming the
+    path, until it exists; with a corpus in place its 39 trials plan."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"path='data/corpus.txt' does not exist"):
+        load_spec(SWEEPS / "reproduce.yaml")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "corpus.txt").write_bytes(bytes(range(256)) * 4000)
+    spec = load_spec(SWEEPS / "reproduce.yaml")
+    assert spec.name == "reproduce" and len(spec.trials) == 39

@@ -1,0 +1,142 @@
+"""`rope-lab sweep plan` counts all the work: the NTK tracking's gradient passes (pinned against a
+hand count), the stages of each trial, and the columns and total of the table."""
+
+import pytest
+
+from rope_lab.config import TrialConfig, from_dict
+from rope_lab.ntk_plan import GradientPass, gradient_passes, ntk_steps
+from rope_lab.sweep.plan import estimate_cost, forward_flops, n_stages, ntk_flops, plan_table
+from rope_lab.sweep.spec import parse_spec
+
+BASE = {
+    "model": {"width": 32, "depth": 1, "head_dim": 8},
+    "task": {"name": "passkey", "vocab_size": 24, "params": {"needle_length": 2}},
+    "train": {"length": 16, "batch_size": 4, "steps": 10, "warmup_steps": 2, "log_every": 5},
+    "eval": {
+        "length_multipliers": [1],
+        "batches": 1,
+        "batch_size": 4,
+        "methods": ["linear", "dynamic"],
+        "factors": [2],
+    },
+    "ntk": {"probes": 4, "probe_multipliers": [2], "position_probes": 2, "chunk_size": 8},
+}
+
+
+def _trial(**sections) -> TrialConfig:
+    data = {k: dict(v) for k, v in BASE.items()}
+    for section, changes in sections.items():
+        data[section] |= changes
+    return from_dict(TrialConfig, data)
+
+
+def _forward(length: int) -> int:
+    """F(L) by hand: N = 4 D^2 + 2 D M + D V matmul weights (D 32, M 128, V 24), one layer."""
+    n = 4 * 32 * 32 + 2 * 32 * 128 + 32 * 24
+    return 2 * n * length + 4 * 1 * length * length * 32
+
+
+def test_forward_flops_by_hand() -> None:
+    assert _forward(16) == 450_560 and _forward(32) == 966_656
+    assert forward_flops(_trial(), 16) == _forward(16)
+    assert forward_flops(_trial(), 32) == _forward(32)
+
+
+def test_ntk_passes_and_flops_by_hand() -> None:
+    cfg = _trial()
+    # steps 0, 1, 2, 4, 8, 10; 4 probes at 16 (1 row) and at 32 (whole + tail: 2 rows)
+    assert ntk_steps(cfg) == (0, 1, 2, 4, 8, 10)
+    assert gradient_passes(cfg) == [
+        GradientPass("kernels", 4, 16, 1, 6),
+        GradientPass("kernels", 4, 32, 2, 6),
+        GradientPass("shift invariance", 4, 16, 1, 2),  # steps 0 and 10
+        GradientPass("RoPE scalings", 4, 16, 1, 2),  # linear x2, dynamic x2
+        GradientPass("RoPE scalings", 4, 32, 2, 2),
+        GradientPass("position kernels", 32, 16, 1),  # 2 probes x 16 one-hot rows
+        GradientPass("position kernels", 32, 32, 2),  # 2 probes x 32 / 2 rows
+    ]
+    # per sequence: one forward + 2 per backward row, F (1 + 2 rows)
+    f16 = 6 * 4 * 3 + 2 * 4 * 3 + 2 * 4 * 3 + 32 * 3  # 216
+    f32 = 6 * 4 * 5 + 2 * 4 * 5 + 32 * 5  # 320
+    assert ntk_flops(cfg) == 216 * _forward(16) + 320 * _forward(32) == 406_650_880
+    assert (f16, f32) == (216, 320)
+
+
+def test_ntk_flops_padded_to_the_longest_probe() -> None:
+    cfg = _trial(ntk={"pad_to_longest": True})
+    # every call at length 32 with 2 rows (5 F(32) per sequence); position kernels: 2 rows
+    sequences = 6 * (4 + 4) + 2 * 4 + 2 * (4 + 4) + 2 * 8 + 2 * 16  # 120
+    assert ntk_flops(cfg) == sequences * 5 * _forward(32)
+
+
+def test_ntk_flops_count_chunk_padding_trace_outputs_and_only_reached_steps() -> None:
+    # 3 probes in chunks of 2 run 4 sequences; steps beyond train.steps never happen
+    cfg = _trial(ntk={"probes": 3, "chunk_size": 2, "steps": [0, 10, 99]})
+    assert gradient_passes(cfg)[0] == GradientPass("kernels", 4, 16, 1, 2)
+    trace = _trial(ntk={"output": "trace"})
+    random = _trial()
+    # C = V = 24 outputs per row: F (1 + 2 rows 24) instead of F (1 + 2 rows)
+    expected = sum(
+        g.count * g.sequences * forward_flops(trace, g.length) * (1 + 2 * g.rows * 24)
+        for g in gradient_passes(trace)
+    )
+    assert ntk_flops(trace) == expected > ntk_flops(random)
+
+
+def test_no_ntk_cost_without_tracking_and_no_scaling_passes_without_rope() -> None:
+    assert ntk_flops(_trial(ntk={"enabled": False})) == 0
+    alibi = _trial(model={"position": {"kind": "alibi"}})
+    assert [g.what for g in gradient_passes(alibi)].count("RoPE scalings") == 0
+
+
+@pytest.mark.parametrize(
+    ("changes", "stages"),
+    [
+        ({}, 3),  # train, linear x2, dynamic x2
+        ({"eval": {"factors": [2, 4]}}, 5),
+        ({"eval": {"finetune_steps": 5}}, 3),  # fine-tuning runs inside the scaling stages
+        ({"eval": {"zero_shot_temperature": True}}, 4),  # + temperature x1
+        ({"model": {"position": {"kind": "alibi"}}}, 1),
+        ({"model": {"position": {"kind": "alibi"}}, "eval": {"zero_shot_temperature": True}}, 2),
+    ],
+)
+def test_stages_per_trial(changes: dict, stages: int) -> None:
+    assert n_stages(_trial(**changes)) == stages == estimate_cost(_trial(**changes))["stages"]
+
+
+def test_total_includes_the_ntk_flops() -> None:
+    cost = estimate_cost(_trial())
+    parts = ("train_flops", "finetune_flops", "eval_flops", "ntk_flops")
+    assert cost["total_flops"] == sum(cost[p] for p in parts)
+    assert cost["ntk_flops"] == 406_650_880
+
+
+def test_plan_table_shows_stages_and_ntk_flops() -> None:
+    spec = parse_spec(
+        {
+            "name": "t",
+            "base": BASE,
+            "grid": {"model.position.kind": ["rope", "alibi"]},
+        }
+    )
+    lines = plan_table(spec, flops_per_s=1e9).splitlines()
+    assert "FLOPs = train + fine-tune + eval + NTK tracking" in lines[0]
+    assert "stages = train + one per scaling stage" in lines[0]
+    header = lines[1]
+
+    def cell(line: str, column: str) -> str:
+        """The right-aligned cell of ``line`` under ``column``."""
+        end = header.index(column) + len(column)
+        return line[:end].split()[-1]
+
+    assert header.split()[:2] == ["trial", "kind"]
+    assert header.index("stages") < header.index("NTK FLOPs") < header.rindex(" FLOPs")
+    rope = next(line for line in lines if line.startswith("passkey-rope"))
+    alibi = next(line for line in lines if line.startswith("passkey-alibi"))
+    assert (cell(rope, "stages"), cell(alibi, "stages"), cell(lines[-1], "stages")) == (
+        "3",
+        "1",
+        "4",
+    )
+    assert cell(rope, "NTK FLOPs") == "407M"  # 406_650_880, as counted by hand above
+    assert lines[-1].startswith("total (2 trials)")

@@ -1,0 +1,169 @@
+"""The end-of-sweep text: summary table (per-task metric, honest length columns), the failed and
+diverged trials with their exception lines, and where the results are."""
+
+from pathlib import Path
+
+import pytest
+
+from rope_lab.pipeline import finish_trial
+from rope_lab.results import append_rows, mark_success, trial_dir, write_trial_row
+from rope_lab.sweep.report import (
+    failure_lines,
+    last_line,
+    next_steps,
+    status_table,
+    summary_frame,
+    summary_table,
+)
+from tests.helpers import tiny_trial
+
+TRACEBACK = """Traceback (most recent call last):
+  File "rope_lab/pipeline.py", line 120, in _guarded
+    result = work()
+ValueError: lm_text: the eval split holds 5 bytes, fewer than L+1 = 17
+"""
+
+
+def _trial(run: Path, tid: str, task: str, status: str, evals: list[tuple]) -> None:
+    """A trials row and base-eval rows (method, factor, finetune_steps, length, loss, acc)."""
+    folder = trial_dir(run, tid)
+    config = {"task.name": task, "train.length": 16, "model.position.kind": "alibi"}
+    write_trial_row(folder, {"status": status, "sweep": "s", "wall_time_s": 1.0}, config)
+    append_rows(folder, "train", [{"step": 10, "loss": 1.5}], segment="train_0")
+    rows = [
+        {"step": 10, "method": m, "factor": f, "finetune_steps": ft, "length": n, "loss": loss,
+         "accuracy": acc}
+        for m, f, ft, n, loss, acc in evals
+    ]  # fmt: skip
+    if rows:
+        append_rows(folder, "eval", rows, segment="eval_base")
+    mark_success(folder)
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Path:
+    run = tmp_path / "runs" / "mixed"
+    # LM task: read by loss; 16 and 32 keep loss <= 2.0 / 0.9, 64 does not
+    _trial(
+        run,
+        "lm",
+        "lm_text",
+        "done",
+        [
+            ("none", 1.0, 0, 16, 2.0, 0.5),
+            ("none", 1.0, 0, 32, 2.2, 0.1),
+            ("none", 1.0, 0, 64, 3.0, 0.9),
+            ("temperature", 1.0, 0, 64, 0.1, 1.0),  # a scaling: not the model as trained
+        ],
+    )
+    # synthetic task: read by accuracy; 32 drops below 0.9 x 1.0, so 64 (0.95) does not count
+    _trial(
+        run,
+        "pk",
+        "passkey",
+        "done",
+        [
+            ("none", 1.0, 0, 16, 0.1, 1.0),
+            ("none", 1.0, 0, 32, 0.2, 0.8),
+            ("none", 1.0, 0, 64, 0.3, 0.95),
+        ],
+    )
+    _trial(run, "pk-div", "passkey", "diverged", [])
+    return run
+
+
+def test_summary_reads_each_task_by_its_metric_and_names_lengths_honestly(run: Path) -> None:
+    frame = summary_frame(run)
+    assert frame.columns == [
+        "trial_id", "status", "wall_time_s", "n_params", "final_loss", "metric", "@L_train",
+        "@longest", "longest_evaluated", "longest_kept",
+    ]  # fmt: skip
+    rows = {r["trial_id"]: r for r in frame.iter_rows(named=True)}
+    assert {k: rows["lm"][k] for k in frame.columns[5:]} == {
+        "metric": "loss",
+        "@L_train": 2.0,
+        "@longest": 3.0,
+        "longest_evaluated": 64,
+        "longest_kept": 32,
+    }
+    assert {k: rows["pk"][k] for k in frame.columns[5:]} == {
+        "metric": "accuracy",
+        "@L_train": 1.0,
+        "@longest": 0.95,
+        "longest_evaluated": 64,
+        "longest_kept": 16,
+    }
+    assert rows["pk-div"]["status"] == "diverged" and rows["pk-div"]["metric"] is None
+
+
+def test_summary_table_text(run: Path) -> None:
+    lines = summary_table(run).splitlines()
+    header = next(line for line in lines if "trial_id" in line)
+    names = [c.strip() for c in header.strip("│ ").split("┆")]
+    assert names[5:] == ["metric", "@L_train", "@longest", "longest_evaluated", "longest_kept"]
+    assert "max_len" not in "\n".join(lines)
+    assert lines[-1] == (
+        "metric: loss for language-model tasks, accuracy otherwise, as trained (no scaling, no "
+        "fine-tuning); @L_train / @longest: at the training length / at longest_evaluated; "
+        "longest_kept: longest length up to which every evaluated length keeps >= 90% of the "
+        "L_train value (loss: <= L_train loss / 0.9)"
+    )
+
+
+def test_summary_table_without_trials(tmp_path: Path) -> None:
+    (tmp_path / "empty" / "trials").mkdir(parents=True)
+    assert summary_table(tmp_path / "empty") == "(no finished trials)"
+
+
+def test_failure_lines_name_the_exception_and_the_traceback_file(run: Path) -> None:
+    cfg = tiny_trial("alibi")
+    results = [{"stage": "train", "status": "failed", "error": TRACEBACK}]
+    assert finish_trial(run, cfg, results, sweep="mixed") == "failed"
+    error_file = run / "trials" / cfg.trial_id / "error.txt"
+    assert error_file.read_text() == TRACEBACK
+    assert failure_lines(run) == [
+        f"failed    {cfg.trial_id}: ValueError: lm_text: the eval split holds 5 bytes, fewer "
+        "than L+1 = 17",
+        f"          traceback: {error_file}",
+        "diverged  pk-div: non-finite training loss (a result; no traceback)",
+    ]
+    assert failure_lines(run, ["pk", "pk-div"]) == [
+        "diverged  pk-div: non-finite training loss (a result; no traceback)"
+    ]
+    # a rerun that succeeds removes the stale traceback
+    assert finish_trial(run, cfg, [{"stage": "train", "status": "done"}], sweep="mixed") == "done"
+    assert not error_file.exists()
+
+
+def test_failure_without_a_traceback_file_points_at_the_trials_table(run: Path) -> None:
+    folder = trial_dir(run, "old")
+    row = {"status": "failed", "sweep": "s", "error": "RayTaskError: worker died"}
+    write_trial_row(folder, row, {"task.name": "passkey"})
+    assert failure_lines(run, ["old"]) == [
+        "failed    old: RayTaskError: worker died",
+        "          traceback: the error column of the trials table",
+    ]
+
+
+def test_last_line() -> None:
+    assert last_line(TRACEBACK).startswith("ValueError: lm_text")
+    assert last_line(None) == last_line("") == "(no error recorded)"
+
+
+def test_next_steps_name_the_run_directory() -> None:
+    assert next_steps(Path("runs/smoke")) == [
+        "run directory: runs/smoke",
+        "  rope-lab results runs/smoke",
+        "  rope-lab plot extrapolation runs/smoke",
+        "  rope-lab sweep status runs/smoke",
+    ]
+    assert next_steps(Path("my runs/x"))[1] == "  rope-lab results 'my runs/x'"
+
+
+def test_status_of_a_run_directory_and_of_its_parent(run: Path) -> None:
+    (run / "trials" / "pending").mkdir()
+    text = status_table(run)
+    assert "pending" in text and "pk-div" in text and text.count("finished") >= 3
+    parent = status_table(run.parent)
+    assert parent.startswith(f"{run}:\n") and parent.endswith(text)
+    assert status_table(run.parent / "nothing") == f"{run.parent / 'nothing'}: no trials yet"
