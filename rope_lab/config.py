@@ -235,6 +235,10 @@ class EvalConfig:
     `memory_budget_mb`: a batch whose forward would need more (`rope_lab.memory`) runs as
     equal sub-batches that fit, with the same numbers; long lengths need no hand-picked
     batch size.
+    `text_protocol` (language-model tasks on a text): `random` windows (`batches` x
+    `batch_size` per length), or Press et al.'s `nonoverlapping` windows or `sliding` windows
+    scoring their last min(`text_stride`, L) bytes (default stride L_train) over the whole
+    held-out text, the same text at every length (`tasks.text_lm.text_windows`).
     `zero_shot_temperature`: also evaluate every model (any encoding) with its attention logits
     multiplied by max(1, log L / log L_train) at length L (the entropy-invariance argument), as
     a zero-shot stage of its own next to the RoPE scalings.
@@ -255,6 +259,8 @@ class EvalConfig:
     pad_to_longest: bool = False
     memory_budget_mb: float = 4096.0
     zero_shot_temperature: bool = False
+    text_protocol: str = "random"
+    text_stride: int | None = None
     seed: int = 1234
 
     def params_for(self, method: str) -> dict[str, Any]:
@@ -382,6 +388,8 @@ NEUTRAL_DEFAULTS: dict[str, Any] = {
     "eval.zero_shot_temperature": False,
     "eval.finetune_methods": [],
     "eval.finetune_factors": [],
+    "eval.text_protocol": "random",
+    "eval.text_stride": None,
 }
 
 

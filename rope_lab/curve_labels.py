@@ -27,6 +27,8 @@ LAYERS: Final = "model.layers"
 SSMAX: Final = "model.scalable_softmax"
 POSE: Final = "train.pose_target_length"
 RANDOMIZED: Final = "model.position.randomized"
+PROTOCOL: Final = "eval.text_protocol"
+STRIDE: Final = "eval.text_stride"
 # RoPE fields the label names elsewhere (a training-time scaling reads "rope (linear x2)")
 _NAMED_ELSEWHERE: Final = frozenset({"scaling", "factor", "params"})
 
@@ -89,7 +91,7 @@ def variant_expr(columns: Sequence[str]) -> pl.Expr:
     """The PE kind and what else decides how positions enter: its fields that differ from their
     defaults (``"rope rotary_fraction 0.25"``), randomised positions (``" +randomized"``), a
     layer layout (``"rope [rope.w16 | none]"``), Scalable-Softmax (``" +SSMax"``), PoSE
-    (``" +PoSE 256"``).
+    (``" +PoSE 256"``), and a text protocol other than random windows.
     Trials that differ only there get distinct labels, so their curves are never pooled."""
     out = pl.col(KIND).fill_null("?")
     parts = [_option_expr(col) for col in _option_columns(columns)]
@@ -115,7 +117,28 @@ def variant_expr(columns: Sequence[str]) -> pl.Expr:
     if POSE in columns:
         pose = pl.concat_str([pl.lit(" +PoSE "), pl.col(POSE).cast(pl.String)])
         out = pl.concat_str([out, pose.fill_null("")])
+    if PROTOCOL in columns:
+        out = pl.concat_str([out, _protocol_expr(columns)])
     return out
+
+
+def _protocol_expr(columns: Sequence[str]) -> pl.Expr:
+    """' (non-overlapping windows)' / ' (sliding windows, stride 32)' for text evaluated by
+    Press et al.'s protocols, '' for random windows."""
+    protocol = pl.col(PROTOCOL).fill_null("random")
+    stride = pl.col(STRIDE) if STRIDE in columns else pl.lit(None)
+    if "train.length" in columns:
+        stride = stride.fill_null(pl.col("train.length"))
+    sliding = pl.concat_str(
+        [pl.lit(" (sliding windows, stride "), stride.cast(pl.String), pl.lit(")")]
+    )
+    return (
+        pl.when(protocol == "nonoverlapping")
+        .then(pl.lit(" (non-overlapping windows)"))
+        .when(protocol == "sliding")
+        .then(sliding.fill_null(" (sliding windows)"))
+        .otherwise(pl.lit(""))
+    )
 
 
 def _factor_str(col: str) -> pl.Expr:

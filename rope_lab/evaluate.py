@@ -35,6 +35,7 @@ from rope_lab.scaling_plan import (
     scalings_for,
 )
 from rope_lab.tasks import Batch, Task
+from rope_lab.tasks.text_lm import text_windows
 from rope_lab.train import train  # fine-tuning
 from rope_lab.xla_options import FEW_CALLS
 
@@ -121,6 +122,8 @@ def evaluate_length(
     batch whose forward exceeds `eval.memory_budget_mb` runs as sub-batches that fit (drawn
     whole, so the numbers do not change)."""
     ev = cfg.eval
+    if ev.text_protocol != "random":
+        return _window_sums(model, task, cfg, length, key=key)
     loss_sum = np.zeros(length)
     correct = np.zeros(length)
     count = np.zeros(length)
@@ -151,6 +154,47 @@ def evaluate_length(
         "correct": correct,
         "count": count,
         "exact_match": exact / max(n_seq, 1.0),
+        "sequences_per_forward": chunk,
+    }
+
+
+def _window_sums(
+    model: Transformer, task: Task, cfg: TrialConfig, length: int, *, key
+) -> dict[str, np.ndarray | float]:
+    """`evaluate_length` under `eval.text_protocol` `nonoverlapping` or `sliding`: every window
+    of the whole held-out text (`text_windows`, stride min(`text_stride` or L_train, L)), in
+    groups of `eval.batch_size` sequences (the last group padded with unscored rows, so one
+    program serves all groups), each padded to the longest length under `pad_to_longest`."""
+    ev = cfg.eval
+    (data,) = task.operands("eval")
+    stride = min(ev.text_stride or cfg.train.length, length)
+    tokens, targets, mask = text_windows(np.asarray(data), length, ev.text_protocol, stride)
+    padded_length = max(length, *cfg.eval_lengths) if ev.pad_to_longest else length
+    rows = -(-tokens.shape[0] // ev.batch_size) * ev.batch_size
+    pad = ((0, rows - tokens.shape[0]), (0, padded_length - length))
+    tokens, targets, mask = (np.pad(a, pad) for a in (tokens, targets, mask))
+    chunk = sequences_per_forward(cfg, padded_length)
+    loss_sum, correct, count = np.zeros(length), np.zeros(length), np.zeros(length)
+    for g, start in enumerate(range(0, rows, ev.batch_size)):
+        part = slice(start, start + ev.batch_size)
+        batch = Batch(
+            tokens=jnp.asarray(tokens[part]),
+            targets=jnp.asarray(targets[part]),
+            mask=jnp.asarray(mask[part]),
+        )
+        positions = batch_positions(
+            cfg, batch_size=ev.batch_size, length=length, key=jax.random.fold_in(key, g)
+        )
+        positions = jnp.pad(positions, ((0, 0), (0, padded_length - length)), mode="edge")
+        (ls, cs, ns), _, _ = _split_sums(model, batch, positions, chunk)
+        loss_sum += np.asarray(ls, np.float64)[:length]
+        correct += np.asarray(cs, np.float64)[:length]
+        count += np.asarray(ns, np.float64)[:length]
+    return {
+        "loss_sum": loss_sum,
+        "correct": correct,
+        "count": count,
+        "exact_match": math.nan,  # a window of text has no single answer
         "sequences_per_forward": chunk,
     }
 

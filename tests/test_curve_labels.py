@@ -56,3 +56,18 @@ def test_scaled_rows_carry_the_variant_too() -> None:
         "rope rotary_fraction 0.5/yarn x4",
         "rope rotary_fraction 0.5/log-length temperature",
     ]
+
+
+def test_text_protocols_name_themselves() -> None:
+    base = {**flatten_config(_trial("alibi")), "method": "none", "factor": 1.0}
+    rows = [
+        {**base, "eval.text_protocol": p, "eval.text_stride": s}
+        for p, s in (("random", None), ("nonoverlapping", None), ("sliding", 4), ("sliding", None))
+    ]
+    frame = pl.DataFrame(rows, infer_schema_length=None)
+    assert frame.select(label_expr(frame.columns))["label"].to_list() == [
+        "alibi",
+        "alibi (non-overlapping windows)",
+        "alibi (sliding windows, stride 4)",
+        "alibi (sliding windows, stride 16)",  # the default stride: train.length
+    ]

@@ -507,3 +507,49 @@ def test_unscaled_rope_stages_exist_only_to_fine_tune(tmp_path, monkeypatch):
     rows = read_trial_table(folder, "eval")
     assert set(rows.get_column("finetune_steps").to_list()) == {1}
     assert set(zip(rows["method"], rows["factor"], strict=True)) == {("default", 2.0)}
+
+
+@pytest.mark.parametrize(("protocol", "stride"), [("nonoverlapping", None), ("sliding", 5)])
+def test_text_protocols_score_the_whole_held_out_text(tmp_path, protocol, stride):
+    """Under Press et al.'s protocols each length reads the same held-out bytes: the summed
+    loss equals the model's per-token losses over the windows built by hand from the split,
+    on the scored positions only (nonoverlapping: all; sliding: the first window's all, then
+    each window's last `stride`), padded to the longest length or not."""
+    from rope_lab.evaluate import evaluate_length
+    from rope_lab.tasks.text_lm import text_windows
+
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(np.random.default_rng(3).integers(0, 256, 700, dtype=np.uint8).tobytes())
+    cfg = validate(
+        replace(
+            tiny_trial("alibi", task="lm_text", vocab=256, task_params=(("path", str(path)),)),
+            **{"eval.text_protocol": protocol, "eval.text_stride": stride, "eval.batch_size": 3},
+        )
+    )
+    task = task_from_config(cfg.task)
+    model = make_model(cfg)
+    held_out = np.asarray(task.data[630:])  # the last 10% of 700 bytes
+    for length in (8, 16, 32):
+        for padded in (False, True):
+            run = replace(cfg, **{"eval.pad_to_longest": padded})
+            sums = evaluate_length(model, task, run, length, key=jax.random.PRNGKey(0))
+            step = min(stride or cfg.train.length, length)
+            tokens, targets, mask = text_windows(held_out, length, protocol, step)
+            batch = Batch(jnp.asarray(tokens), jnp.asarray(targets), jnp.asarray(mask))
+            positions = jnp.broadcast_to(jnp.arange(length), tokens.shape)
+            losses, _ = token_losses(model, batch, positions)
+            expected = np.asarray(losses, np.float64)[mask]
+            assert sums["count"].sum() == mask.sum() == expected.size
+            np.testing.assert_allclose(sums["loss_sum"].sum(), expected.sum(), rtol=1e-5)
+            np.testing.assert_array_equal(sums["count"], mask.sum(axis=0))
+
+
+def test_text_protocols_only_for_text(tmp_path):
+    from rope_lab.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"eval.text_protocol: 'sliding' reads windows of a"):
+        validate(replace(tiny_trial("rope"), **{"eval.text_protocol": "sliding"}))
+    with pytest.raises(ConfigError, match=r"eval.text_protocol: unknown value 'overlap'"):
+        validate(replace(tiny_trial("rope"), **{"eval.text_protocol": "overlap"}))
+    with pytest.raises(ConfigError, match=r"eval.text_stride: only the 'sliding' protocol"):
+        validate(replace(tiny_trial("rope"), **{"eval.text_stride": 4}))

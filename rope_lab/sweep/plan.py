@@ -49,6 +49,22 @@ def n_stages(trial: TrialConfig) -> int:
     return 1 + len(scaling_stages(trial))
 
 
+def eval_sequences(trial: TrialConfig, length: int) -> int:
+    """Sequences one evaluation pass runs at ``length``: `eval.batches` x `batch_size` random
+    windows, or under a text protocol every window of the held-out text, in whole groups of
+    `batch_size` (`evaluate._window_sums`)."""
+    ev = trial.eval
+    if ev.text_protocol == "random":
+        return ev.batches * ev.batch_size
+    from rope_lab.tasks import task_from_config
+    from rope_lab.tasks.text_lm import window_count
+
+    start, stop = task_from_config(trial.task).split_bounds()["eval"]  # type: ignore[attr-defined]
+    stride = min(ev.text_stride or trial.train.length, length)
+    windows = window_count(stop - start, length, ev.text_protocol, stride)
+    return -(-windows // ev.batch_size) * ev.batch_size
+
+
 def estimate_cost(trial: TrialConfig) -> dict[str, int]:
     """Analytic parameter count, tokens, FLOPs and stages of one trial.
 
@@ -94,7 +110,7 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
     finetune = ev.finetune_steps if m.supports_scaling else 0
     ft_lengths = [round(s.factor * tr.length) for s in finetune_scalings(trial)] if finetune else []
     passes = 1 + len(scalings) + len(ft_lengths)
-    eval_seqs = passes * ev.batches * ev.batch_size
+    eval_seqs = {n: passes * eval_sequences(trial, n) for n in trial.eval_lengths}
     train_seqs, ft_seqs = tr.steps * tr.batch_size, finetune * tr.batch_size
     cost = {
         "n_params": n_params,
@@ -105,8 +121,8 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
         "train_flops": 3 * train_seqs * seq_flops(tr.length),
         "finetune_tokens": ft_seqs * sum(ft_lengths),
         "finetune_flops": 3 * ft_seqs * sum(seq_flops(n) for n in ft_lengths),
-        "eval_tokens": eval_seqs * sum(trial.eval_lengths),
-        "eval_flops": eval_seqs * sum(seq_flops(n) for n in trial.eval_lengths),
+        "eval_tokens": sum(k * n for n, k in eval_seqs.items()),
+        "eval_flops": sum(k * seq_flops(n) for n, k in eval_seqs.items()),
         "ntk_flops": ntk_flops(trial),
     }
     cost["total_flops"] = (

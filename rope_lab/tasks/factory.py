@@ -9,6 +9,7 @@ from typing import Any
 from rope_lab import registry
 from rope_lab.config import ConfigError, TaskConfig, TrialConfig, thaw
 from rope_lab.tasks.base import Task
+from rope_lab.tasks.text_lm import TEXT_PROTOCOLS
 
 
 class TaskClasses(Mapping[str, type[Task]]):
@@ -64,3 +65,25 @@ def check_trial(cfg: TrialConfig) -> None:
             task.validate(length, split)
         except ValueError as err:
             raise ConfigError(f"{key_path}: length {length} does not fit the task: {err}") from None
+    _check_text_protocol(cfg)
+
+
+def _check_text_protocol(cfg: TrialConfig) -> None:
+    """`eval.text_protocol` is one of TEXT_PROTOCOLS and reads a text (not a synthetic task);
+    `eval.text_stride` > 0, and only for `sliding`."""
+    ev = cfg.eval
+    if ev.text_protocol not in TEXT_PROTOCOLS:
+        raise ConfigError(
+            f"eval.text_protocol: unknown value {ev.text_protocol!r}; "
+            f"allowed: {', '.join(TEXT_PROTOCOLS)}"
+        )
+    if ev.text_protocol != "random" and not registry.TASKS[cfg.task.name].is_text:
+        raise ConfigError(
+            f"eval.text_protocol: {ev.text_protocol!r} reads windows of a text; task "
+            f"{cfg.task.name!r} samples its sequences (use 'random')"
+        )
+    if ev.text_stride is not None:
+        if ev.text_protocol != "sliding":
+            raise ConfigError("eval.text_stride: only the 'sliding' protocol has a stride")
+        if ev.text_stride <= 0:
+            raise ConfigError(f"eval.text_stride: must be > 0, got {ev.text_stride}")

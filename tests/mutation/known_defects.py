@@ -226,6 +226,13 @@ DEFECTS = (
         ("tests/claims/test_encodings.py",),
     ),
     Defect(
+        "sliding-windows-score-a-byte-twice",
+        "rope_lab/tasks/text_lm.py",
+        "mask[1:, : length - step] = False",
+        "mask[1:, : length - step - 1] = False",
+        ("tests/tasks/test_text_lm.py::test_text_windows_read_each_byte_once",),
+    ),
+    Defect(
         "finetune-every-scaling-despite-the-choice",
         "rope_lab/scaling_plan.py",
         "and (not ev.finetune_methods or scaling.method in ev.finetune_methods)",

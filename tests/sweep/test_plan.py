@@ -140,3 +140,39 @@ def test_plan_table_shows_stages_and_ntk_flops() -> None:
     )
     assert cell(rope, "NTK FLOPs") == "407M"  # 406_650_880, as counted by hand above
     assert lines[-1].startswith("total (2 trials)")
+
+
+def test_text_protocols_count_every_window_of_the_held_out_text(tmp_path) -> None:
+    """1000 bytes, the last 100 held out: at L 16 non-overlapping windows start at 0, 16, ..., 80
+    (6 windows), at L 32 at 0, 32, 64 (3 windows); run in groups of batch_size 4: 8 and 4
+    sequences. Sliding with stride 8 at L 32: (99 - 32) // 8 + 1 = 9 windows, 12 sequences."""
+    from rope_lab.config import replace, validate
+    from rope_lab.sweep.plan import eval_sequences
+
+    path = tmp_path / "c.txt"
+    path.write_bytes(bytes(range(250)) * 4)
+    trial = validate(
+        replace(
+            _trial(),
+            **{
+                "task.name": "lm_text",
+                "task.vocab_size": 256,
+                "task.params": (("path", str(path)),),
+                "model.position.kind": "alibi",
+                "train.length": 16,
+                "eval.length_multipliers": (1.0, 2.0),
+                "eval.batch_size": 4,
+                "eval.methods": (),
+                "eval.text_protocol": "nonoverlapping",
+                "ntk.enabled": False,
+            },
+        )
+    )
+    assert [eval_sequences(trial, n) for n in (16, 32)] == [8, 4]
+    cost = estimate_cost(trial)
+    assert cost["eval_tokens"] == 8 * 16 + 4 * 32
+    assert cost["eval_flops"] == 8 * forward_flops(trial, 16) + 4 * forward_flops(trial, 32)
+    sliding = replace(trial, **{"eval.text_protocol": "sliding", "eval.text_stride": 8})
+    assert eval_sequences(sliding, 32) == 12
+    random = replace(trial, **{"eval.text_protocol": "random"})
+    assert eval_sequences(random, 32) == trial.eval.batches * 4

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rope_lab.tasks import (
@@ -134,3 +134,37 @@ def test_operands_made_inside_a_trace_are_concrete(tmp_path) -> None:
     np.testing.assert_array_equal(
         np.asarray(cached), np.frombuffer(path.read_bytes(), np.uint8)[start:stop]
     )
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 300), st.integers(1, 40), st.integers(1, 40))
+def test_text_windows_read_each_byte_once(size: int, length: int, stride: int) -> None:
+    """Non-overlapping windows tile the text; sliding windows score every target byte after
+    the first window exactly once, each with at least length - stride bytes before it."""
+    from rope_lab.tasks.text_lm import text_windows
+
+    data = (
+        np.arange(size, dtype=np.int64).astype(np.uint8)
+        if size < 256
+        else (np.arange(size) % 251).astype(np.uint8)
+    )
+    if size - 1 < length:
+        with pytest.raises(ValueError, match="too few for one window"):
+            text_windows(data, length, "nonoverlapping")
+        return
+    tokens, targets, mask = text_windows(data, length, "nonoverlapping")
+    w = (size - 1) // length
+    assert tokens.shape == (w, length) and mask.all()
+    np.testing.assert_array_equal(tokens.ravel(), data[: w * length])
+    np.testing.assert_array_equal(targets.ravel(), data[1 : w * length + 1])
+    stride = min(stride, length)
+    tokens, targets, mask = text_windows(data, length, "sliding", stride)
+    starts = np.arange(0, size - length, stride)
+    assert tokens.shape[0] == starts.size
+    scored = (starts[:, None] + np.arange(length)[None, :] + 1)[mask]  # target byte indices
+    assert np.unique(scored).size == scored.size  # each once
+    np.testing.assert_array_equal(np.sort(scored), np.arange(1, starts[-1] + length + 1))
+    first_scored = np.argmax(mask[1:], axis=1) if len(mask) > 1 else np.array([], dtype=int)
+    assert (first_scored >= length - stride).all()  # context before every scored byte
+    with pytest.raises(ValueError, match="unknown text protocol"):
+        text_windows(data, length, "random")
