@@ -514,7 +514,7 @@ def test_text_protocols_score_the_whole_held_out_text(tmp_path, protocol, stride
     """Under Press et al.'s protocols each length reads the same held-out bytes: the summed
     loss equals the model's per-token losses over the windows built by hand from the split,
     on the scored positions only (nonoverlapping: all; sliding: the first window's all, then
-    each window's last `stride`), padded to the longest length or not."""
+    each window's last `stride`), with `eval.pad_to_longest` on or off."""
     from rope_lab.evaluate import evaluate_length
     from rope_lab.tasks.text_lm import text_windows
 
