@@ -87,11 +87,11 @@ def _option_expr(col: str) -> pl.Expr | None:
     return pl.when(off).then(pl.concat_str([pl.lit(f" {name} "), shown])).otherwise(pl.lit(""))
 
 
-def variant_expr(columns: Sequence[str]) -> pl.Expr:
+def variant_expr(columns: Sequence[str], *, protocol: bool = True) -> pl.Expr:
     """The PE kind and what else decides how positions enter: its fields that differ from their
     defaults (``"rope rotary_fraction 0.25"``), randomised positions (``" +randomized"``), a
     layer layout (``"rope [rope.w16 | none]"``), Scalable-Softmax (``" +SSMax"``), PoSE
-    (``" +PoSE 256"``), and a text protocol other than random windows.
+    (``" +PoSE 256"``), and (with ``protocol``) a text protocol other than random windows.
     Trials that differ only there get distinct labels, so their curves are never pooled."""
     out = pl.col(KIND).fill_null("?")
     parts = [_option_expr(col) for col in _option_columns(columns)]
@@ -117,12 +117,12 @@ def variant_expr(columns: Sequence[str]) -> pl.Expr:
     if POSE in columns:
         pose = pl.concat_str([pl.lit(" +PoSE "), pl.col(POSE).cast(pl.String)])
         out = pl.concat_str([out, pose.fill_null("")])
-    if PROTOCOL in columns:
-        out = pl.concat_str([out, _protocol_expr(columns)])
+    if protocol and PROTOCOL in columns:
+        out = pl.concat_str([out, protocol_expr(columns)])
     return out
 
 
-def _protocol_expr(columns: Sequence[str]) -> pl.Expr:
+def protocol_expr(columns: Sequence[str]) -> pl.Expr:
     """' (non-overlapping windows)' / ' (sliding windows, stride 32)' for text evaluated by
     Press et al.'s protocols, '' for random windows."""
     protocol = pl.col(PROTOCOL).fill_null("random")

@@ -18,7 +18,7 @@ from typing import Any, Final, Literal
 import numpy as np
 import polars as pl
 
-from rope_lab.curve_labels import trained_expr, variant_expr
+from rope_lab.curve_labels import PROTOCOL, protocol_expr, trained_expr, variant_expr
 from rope_lab.registry import CLAIMS
 
 VERDICTS: Final = ("holds", "fails", "inconclusive")
@@ -126,17 +126,28 @@ class Evidence:
         return set(rows.get_column("variant").unique().to_list()) if not rows.is_empty() else set()
 
     def is_text(self, task: str) -> bool:
-        """Whether ``task`` is read by its loss (language modelling: every position scored)."""
+        """Whether ``task`` (a scope of :meth:`tasks`) is read by its loss (language modelling:
+        every position scored)."""
         from rope_lab.query import default_metric
 
-        return default_metric(task) == "loss"
+        rows = self.eval.filter(pl.col("task") == task)
+        name = (
+            rows.get_column("task.name")[0] if "task.name" in rows.columns and len(rows) else task
+        )
+        return default_metric(name) == "loss"
 
 
 def _annotate(frame: pl.DataFrame, *, trained: pl.Expr) -> pl.DataFrame:
     if "status" in frame.columns:
         frame = frame.filter(pl.col("status") == "done")
-    extra = [variant_expr(frame.columns).alias("variant"), trained.alias("trained")]
-    extra.append(pl.col("task.name").alias("task") if "task.name" in frame.columns else pl.lit("?"))
+    # the variant is how the model was built; how a text was read (its protocol) is part of
+    # the scope, so claims compare encodings read alike and never pool two protocols
+    extra = [variant_expr(frame.columns, protocol=False).alias("variant"), trained.alias("trained")]
+    if "task.name" in frame.columns:
+        read = protocol_expr(frame.columns) if PROTOCOL in frame.columns else pl.lit("")
+        extra.append(pl.concat_str([pl.col("task.name"), read]).alias("task"))
+    else:
+        extra.append(pl.lit("?").alias("task"))
     if "train.seed" not in frame.columns:
         extra.append(pl.lit(0).alias("train.seed"))
     return frame.with_columns(extra)

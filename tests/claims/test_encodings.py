@@ -146,3 +146,22 @@ def test_a_variant_that_never_learned_is_not_compared() -> None:
     v = judge(evidence(rows), ["kerple_power_beats_rope"])[0]
     assert v.verdict == "inconclusive"
     assert v.reason == "kerple_power did not learn the task at L_train (accuracy 0.03 vs 1)"
+
+
+def test_a_text_protocol_is_part_of_the_scope_not_the_variant() -> None:
+    """Encodings read by the same protocol are compared; two protocols are never pooled."""
+    rows = []
+    for protocol, shift in (("random", 0.0), ("nonoverlapping", 1.0)):
+        config = {"eval.text_protocol": protocol}
+        for kind in ("learned", "alibi"):
+            for s in (0, 1):
+                curve = {r: v + shift for r, v in CURVES[kind].items()}
+                rows += trial_rows(kind, s, curve, task="lm_text", config=config)
+    verdicts = by_scope(judge(evidence(rows), ["absolute_degrade_more"]))
+    assert set(verdicts) == {
+        "lm_text @ 2x",
+        "lm_text @ 4x",
+        "lm_text (non-overlapping windows) @ 2x",
+        "lm_text (non-overlapping windows) @ 4x",
+    }
+    assert verdicts["lm_text (non-overlapping windows) @ 2x"].effect == pytest.approx(2.0 - 0.02)
