@@ -22,7 +22,7 @@ from pathlib import Path
 import polars as pl
 
 from rope_lab import query as q
-from rope_lab.claims import evidence, format_verdicts, judge
+from rope_lab.claims import Evidence, evidence, format_verdicts, judge
 from rope_lab.fits import drift_slope
 
 FIGURES = "reproduction"
@@ -56,13 +56,12 @@ def setup_lines(res: q.Results) -> list[str]:
     return [*lines, ""]
 
 
-def tail_cosine_figure(res: q.Results, out: Path) -> Path | None:
+def tail_cosine_figure(ev: Evidence, out: Path) -> Path | None:
     """tail_cos_mean (positions >= L_train of the longest probes vs the training probes)
     against training step, one line per variant (mean over seeds), one panel per task."""
     import seaborn as sns
     from matplotlib.figure import Figure
 
-    ev = evidence(res)
     if ev.ntk.is_empty():
         return None
     rows = ev.ntk.filter(
@@ -134,7 +133,8 @@ def write(run_dirs: list[Path], out: Path, discussion: Path | None) -> Path:
     res = q.results_of(run_dirs)
     figdir = out / FIGURES
     figdir.mkdir(parents=True, exist_ok=True)
-    verdicts = judge(res)
+    ev = evidence(res)  # loaded once for the verdicts and the tail-kernel figure
+    verdicts = judge(ev)
     measured = [v for v in verdicts if v.effect is not None]
     unmeasured = sorted({v.claim for v in verdicts} - {v.claim for v in measured})
     lines = [
@@ -164,7 +164,7 @@ def write(run_dirs: list[Path], out: Path, discussion: Path | None) -> Path:
         evals = evals.filter(pl.col("model.parametrization") != "ntk")
     plot_function("extrapolation")(evals, out=curves)
     lines += [f"![extrapolation curves]({FIGURES}/{curves.name})", ""]
-    tail = tail_cosine_figure(res, figdir)
+    tail = tail_cosine_figure(ev, figdir)
     if tail is not None:
         lines += [f"![tail-kernel cosine through training]({FIGURES}/{tail.name})", ""]
     drift, note = drift_figure(res, figdir)

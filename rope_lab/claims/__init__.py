@@ -54,7 +54,7 @@ def judge(source: Any, names: Sequence[str] | None = None, **options: Any) -> li
     chosen = [CLAIMS[n] for n in names] if names else list(iter_claims())
     out: list[Verdict] = []
     for entry in chosen:
-        out.extend(entry.judge(ev))
+        out.extend(entry(ev))
     return out
 
 

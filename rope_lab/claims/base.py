@@ -65,14 +65,21 @@ class Claim:
     name: str
     statement: str
     source: str
-    judge: Callable[[Evidence], list[Verdict]]
+    judge: Callable[[Evidence, Claim], list[Verdict]]
     order: int
+
+    def __call__(self, ev: Evidence) -> list[Verdict]:
+        """The verdicts of this claim on ``ev``."""
+        return self.judge(ev, self)
 
 
 def claim(name: str, *, statement: str, source: str, order: int) -> Callable[..., Any]:
-    """Decorator registering ``judge(evidence) -> list[Verdict]`` as the claim ``name``."""
+    """Decorator registering ``judge(evidence, claim) -> list[Verdict]`` as the claim ``name``
+    (``claim``: its own registered entry, for the verdicts' name, statement and source)."""
 
-    def add(judge: Callable[[Evidence], list[Verdict]]) -> Callable[[Evidence], list[Verdict]]:
+    Judge = Callable[[Evidence, Claim], list[Verdict]]
+
+    def add(judge: Judge) -> Judge:
         CLAIMS.register(name)(Claim(name, statement, source, judge, order))
         return judge
 
@@ -130,11 +137,10 @@ class Evidence:
         every position scored)."""
         from rope_lab.query import default_metric
 
-        rows = self.eval.filter(pl.col("task") == task)
-        name = (
-            rows.get_column("task.name")[0] if "task.name" in rows.columns and len(rows) else task
-        )
-        return default_metric(name) == "loss"
+        if "task.name" not in self.eval.columns:
+            return default_metric(task) == "loss"
+        names = self.eval.filter(pl.col("task") == task).get_column("task.name")
+        return default_metric(names[0] if len(names) else task) == "loss"
 
 
 def _annotate(frame: pl.DataFrame, *, trained: pl.Expr) -> pl.DataFrame:
@@ -280,12 +286,6 @@ def per_seed(frame: pl.DataFrame, value: str = "value") -> list[float]:
         .sort("train.seed")
     )
     return by_seed.get_column(value).to_list()
-
-
-def registered(name: str) -> Claim:
-    """The claim registered as ``name``."""
-    entry: Claim = CLAIMS[name]
-    return entry
 
 
 def iter_claims() -> Iterator[Claim]:

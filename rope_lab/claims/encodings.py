@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 
 from rope_lab.claims.base import (
+    Claim,
     Evidence,
     Verdict,
     claim,
@@ -22,7 +23,6 @@ from rope_lab.claims.base import (
     judge_gap,
     missing,
     per_seed,
-    registered,
 )
 from rope_lab.claims.measures import loss_past_train, ratios, rise_past_train
 
@@ -67,9 +67,8 @@ def score_past_train(ev: Evidence, task: str, rows: pl.Expr | None = None) -> pl
     "ppl at 1012 tokens, rotary 20.07 -> 21.37, ALiBi 19.73 -> 18.73",
     order=10,
 )
-def absolute_degrade_more(ev: Evidence) -> list[Verdict]:
+def absolute_degrade_more(ev: Evidence, meta: Claim) -> list[Verdict]:
     """rise(absolute) - rise(relative) > 0 at 2x and at 4x, per task."""
-    meta = registered("absolute_degrade_more")
     out = []
     for task in ev.tasks():
         present = ev.variants(task)
@@ -97,9 +96,8 @@ def absolute_degrade_more(ev: Evidence) -> list[Verdict]:
     "2512, 18.31 at 15512",
     order=20,
 )
-def alibi_flat(ev: Evidence) -> list[Verdict]:
+def alibi_flat(ev: Evidence, meta: Claim) -> list[Verdict]:
     """max_k rise(ALiBi, k) < tolerance over evaluated k in (1, 8]."""
-    meta = registered("alibi_flat")
     out = []
     for task in ev.tasks():
         ks = [r for r in ratios(ev, task) if 1 < r <= 8]
@@ -133,9 +131,8 @@ def alibi_flat(ev: Evidence) -> list[Verdict]:
     "31.6 < sinusoidal 132.4 ppl",
     order=30,
 )
-def rope_between(ev: Evidence) -> list[Verdict]:
+def rope_between(ev: Evidence, meta: Claim) -> list[Verdict]:
     """Both gaps of the ordering ALiBi < RoPE < absolute positive at the largest ratio <= 4."""
-    meta = registered("rope_between")
     out = []
     for task in ev.tasks():
         present = ev.variants(task)
@@ -169,9 +166,8 @@ def rope_between(ev: Evidence) -> list[Verdict]:
     "absolute over 10 synthetic tasks x 3 seeds",
     order=40,
 )
-def nope_competitive(ev: Evidence) -> list[Verdict]:
+def nope_competitive(ev: Evidence, meta: Claim) -> list[Verdict]:
     """score(NoPE) - max over other plain encodings of their score > -tolerance."""
-    meta = registered("nope_competitive")
     out = []
     plain = (*ABSOLUTE, *RELATIVE, "cope")
     for task in ev.tasks():
@@ -209,9 +205,8 @@ def nope_competitive(ev: Evidence) -> list[Verdict]:
     "longer test lengths over 15 tasks",
     order=50,
 )
-def randomized_helps(ev: Evidence) -> list[Verdict]:
+def randomized_helps(ev: Evidence, meta: Claim) -> list[Verdict]:
     """score(kind +randomized) - score(kind), averaged over kinds with both, > 0."""
-    meta = registered("randomized_helps")
     out = []
     for task in ev.tasks():
         present = ev.variants(task)
@@ -255,10 +250,9 @@ def spread_ratio(groups: Sequence[np.ndarray]) -> float:
     "robustly): length generalisation varies widely across seeds",
     order=60,
 )
-def seed_variance_large(ev: Evidence) -> list[Verdict]:
+def seed_variance_large(ev: Evidence, meta: Claim) -> list[Verdict]:
     """Within-variant seed std over between-variant std of means; interval by resampling
     variants."""
-    meta = registered("seed_variance_large")
     out = []
     for task in ev.tasks():
         score = score_past_train(ev, task)
@@ -408,8 +402,7 @@ def _family_claim(name: str, pattern: str, reference: str, source: str, order: i
     )
 
     @claim(name, statement=statement, source=source, order=order)
-    def judge(ev: Evidence) -> list[Verdict]:
-        meta = registered(name)
+    def judge(ev: Evidence, meta: Claim) -> list[Verdict]:
         out = []
         for task in ev.tasks():
             present = sorted(ev.variants(task))
@@ -445,9 +438,8 @@ for _family in FAMILIES:
     "attention temperature; the entropy-invariance argument",
     order=79,
 )
-def temperature_helps(ev: Evidence) -> list[Verdict]:
+def temperature_helps(ev: Evidence, meta: Claim) -> list[Verdict]:
     """rise(as trained) - rise(method "temperature") > 0 for each variant with both."""
-    meta = registered("temperature_helps")
     out = []
     for task in ev.tasks():
         ratio = ratio_at_most(ev, task, FAMILY_RATIO)

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 import polars as pl
 
 from rope_lab.claims.base import (
+    Claim,
     Evidence,
     Stat,
     Verdict,
@@ -18,7 +19,6 @@ from rope_lab.claims.base import (
     judge_arms,
     missing,
     per_seed,
-    registered,
 )
 from rope_lab.claims.encodings import ABSOLUTE, RELATIVE, arm
 
@@ -54,9 +54,8 @@ def _ntk_tasks(ev: Evidence) -> list[str]:
     "(docs/science.md, claims 1-2)",
     order=200,
 )
-def tail_kernel_collapse(ev: Evidence) -> list[Verdict]:
+def tail_kernel_collapse(ev: Evidence, meta: Claim) -> list[Verdict]:
     """Changes of ``tail_cos_mean`` at the 4x probe from step 0 to the last step."""
-    meta = registered("tail_kernel_collapse")
     out = []
     for task in _ntk_tasks(ev) or ev.tasks():
         rows = _ntk_metric(ev, task, "tail_cos_mean")
@@ -116,9 +115,8 @@ def _invariance_margin(absolute: Sequence[str], relative: Sequence[str]) -> Stat
     "(docs/science.md, claim 3)",
     order=210,
 )
-def shift_invariance(ev: Evidence) -> list[Verdict]:
+def shift_invariance(ev: Evidence, meta: Claim) -> list[Verdict]:
     """Largest relative-encoding error below tolerance and below the smallest absolute one."""
-    meta = registered("shift_invariance")
     out = []
     for task in _ntk_tasks(ev) or ev.tasks():
         rows = _ntk_metric(ev, task, "shift_invariance_error")
@@ -156,11 +154,10 @@ def shift_invariance(ev: Evidence) -> list[Verdict]:
     "shrinks like width^-1/2 to width^-1",
     order=220,
 )
-def drift_falls_with_width(ev: Evidence) -> list[Verdict]:
+def drift_falls_with_width(ev: Evidence, meta: Claim) -> list[Verdict]:
     """Slope of log relative_change vs log width < 0, per task and variant with >= 2 widths."""
     from rope_lab.fits import drift_slope
 
-    meta = registered("drift_falls_with_width")
     out = []
     for task in _ntk_tasks(ev) or ev.tasks():
         rows = _ntk_metric(ev, task, "relative_change")

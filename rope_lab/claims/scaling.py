@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import polars as pl
 
 from rope_lab.claims.base import (
+    Claim,
     Evidence,
     Stat,
     Verdict,
@@ -19,7 +20,6 @@ from rope_lab.claims.base import (
     judge_gap,
     missing,
     per_seed,
-    registered,
 )
 from rope_lab.claims.encodings import ratio_at_most
 from rope_lab.claims.measures import loss_past_train, ratios
@@ -64,9 +64,8 @@ def smallest_gap(worse: Sequence[str], better: Sequence[str]) -> Stat:
     return lambda m: min(m[w] - m[b] for w in worse for b in better)
 
 
-def _exact(meta_name: str, scope: str, worst: dict[str, float]) -> Verdict:
+def _exact(meta: Claim, scope: str, worst: dict[str, float]) -> Verdict:
     """An exact claim: holds when every trial's largest difference is within tolerance."""
-    meta = registered(meta_name)
     effect = max(worst.values())
     verdict = "holds" if effect <= EXACT_TOLERANCE else "fails"
     return Verdict(
@@ -94,7 +93,7 @@ def _exact(meta_name: str, scope: str, worst: dict[str, float]) -> Verdict:
     "the base unchanged for L <= L_train by construction",
     order=100,
 )
-def dynamic_equals_direct(ev: Evidence) -> list[Verdict]:
+def dynamic_equals_direct(ev: Evidence, meta: Claim) -> list[Verdict]:
     """max |loss(dynamic) - loss(direct)| over lengths <= L_train, per task."""
     out = []
     for task in ev.tasks():
@@ -109,7 +108,7 @@ def dynamic_equals_direct(ev: Evidence) -> list[Verdict]:
         if both.is_empty():
             out.append(
                 missing(
-                    registered("dynamic_equals_direct"),
+                    meta,
                     task,
                     "needs RoPE evaluated under dynamic at lengths <= L_train",
                 )
@@ -118,7 +117,7 @@ def dynamic_equals_direct(ev: Evidence) -> list[Verdict]:
         worst = both.group_by("trial_id").agg((pl.col("dynamic") - pl.col("loss")).abs().max())
         out.append(
             _exact(
-                "dynamic_equals_direct",
+                meta,
                 task,
                 {t: float(v) for t, v in worst.sort("trial_id").iter_rows()},
             )
@@ -134,9 +133,8 @@ def dynamic_equals_direct(ev: Evidence) -> list[Verdict]:
     source="Peng et al. 2023 (YaRN) and docs/science.md: zero-shot dynamic >= NTK > PI >> direct",
     order=110,
 )
-def zero_shot_ordering(ev: Evidence) -> list[Verdict]:
+def zero_shot_ordering(ev: Evidence, meta: Claim) -> list[Verdict]:
     """min over better x worse pairs of loss(worse) - loss(better) > 0, at 4x and at 8x."""
-    meta = registered("zero_shot_ordering")
     out = []
     for task in ev.tasks():
         for ratio in (4.0, 8.0):
@@ -186,9 +184,8 @@ def zero_shot_ordering(ev: Evidence) -> list[Verdict]:
     "original window",
     order=120,
 )
-def pi_costs_in_distribution(ev: Evidence) -> list[Verdict]:
+def pi_costs_in_distribution(ev: Evidence, meta: Claim) -> list[Verdict]:
     """loss(linear x f, L_train) - loss(direct, L_train) > 0 for each factor f."""
-    meta = registered("pi_costs_in_distribution")
     out = []
     for task in ev.tasks():
         factors = _factors(ev, task, "linear")
@@ -211,9 +208,8 @@ def pi_costs_in_distribution(ev: Evidence) -> list[Verdict]:
     "after 200 fine-tuning steps",
     order=130,
 )
-def pi_finetune_recovers(ev: Evidence) -> list[Verdict]:
+def pi_finetune_recovers(ev: Evidence, meta: Claim) -> list[Verdict]:
     """loss(linear zero-shot) - loss(linear fine-tuned) > 0 at each fine-tuned factor."""
-    meta = registered("pi_finetune_recovers")
     out = []
     for task in ev.tasks():
         tuned = _factors(ev, task, "linear", finetuned=True)
@@ -253,9 +249,8 @@ def pi_finetune_recovers(ev: Evidence) -> list[Verdict]:
     "tokens after 10k steps where PI reached 8192 after 200",
     order=140,
 )
-def pi_finetune_beats_control(ev: Evidence) -> list[Verdict]:
+def pi_finetune_beats_control(ev: Evidence, meta: Claim) -> list[Verdict]:
     """loss(default fine-tuned) - loss(linear fine-tuned) > 0 at each factor both have."""
-    meta = registered("pi_finetune_beats_control")
     out = []
     for task in ev.tasks():
         tuned = set(_factors(ev, task, "linear", finetuned=True))
