@@ -342,7 +342,8 @@ class TrialConfig:
 
     @functools.cached_property
     def trial_id(self) -> str:
-        """Readable slug plus a hash of the canonical config (computed once per config)."""
+        """Readable slug plus `training_hash`: the id of the trained model, which evaluation
+        stages hang off (`rope_lab.stage_plan`). Computed once per config."""
         m = self.model
         layout = "".join(f"+{layer.slug(m)}" for layer in m.layers)
         layout += "-ssmax" if m.scalable_softmax else ""
@@ -352,7 +353,7 @@ class TrialConfig:
             f"{self.task.name}-{m.position.kind}{m.position.options.slug()}{layout}-w{m.width}"
             f"-d{m.depth}-L{self.train.length}-s{self.train.seed}"
         )
-        return f"{slug}-{config_hash(self)}"
+        return f"{slug}-{training_hash(self)}"
 
 
 def dotted_fields(cls: type = TrialConfig, prefix: str = "") -> dict[str, Any]:
@@ -396,8 +397,12 @@ NEUTRAL_DEFAULTS: dict[str, Any] = {
 def config_hash(cfg: Any, n: int = 10) -> str:
     """Stable hex digest of a config's canonical JSON (`name`, EXECUTION_FIELDS and fields at
     their NEUTRAL_DEFAULTS excluded)."""
-    data = to_dict(cfg)
-    data.pop("name", None)
+    return _digest(to_dict(cfg), n)
+
+
+def _digest(data: dict[str, Any], n: int) -> str:
+    """`config_hash` of a config already as a dict (sections as sub-dicts)."""
+    data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items() if k != "name"}
     for dotted in EXECUTION_FIELDS:
         section, _, key = dotted.partition(".")
         if isinstance(data.get(section), dict):
@@ -408,6 +413,24 @@ def config_hash(cfg: Any, n: int = 10) -> str:
             data[section].pop(key, None)
     blob = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:n]
+
+
+# The sections that decide the trained model (and its NTK trajectory); `eval` is not one: the
+# evaluation and extension stages are keyed by their own fields (`rope_lab.stage_plan`).
+TRAINING_SECTIONS = ("model", "task", "train", "ntk")
+
+
+def training_hash(cfg: TrialConfig, n: int = 10) -> str:
+    """`config_hash` of what trains a trial's model: the TRAINING_SECTIONS, plus the position
+    table's length (`max_length`, which the eval lengths can set) when an encoding of the model
+    is `sized_by_length` (a learned table). Specs differing only in evaluation, scalings or
+    fine-tunes share the trained model."""
+    full = to_dict(cfg)
+    data: dict[str, Any] = {section: full[section] for section in TRAINING_SECTIONS}
+    m = cfg.model
+    if any(m.layer_position(layer).options.sized_by_length for layer in m.pattern):
+        data["table_length"] = cfg.max_length
+    return _digest(data, n)
 
 
 def validate(cfg: TrialConfig) -> TrialConfig:

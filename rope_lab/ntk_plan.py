@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from rope_lab.config import TrialConfig
+from rope_lab.scaling_plan import Scaling, fine_tunable, scalings_for
 
 
 def ntk_steps(cfg: TrialConfig) -> tuple[int, ...]:
@@ -48,8 +49,8 @@ def gradient_passes(cfg: TrialConfig) -> list[GradientPass]:
     (`probes` sequences at L_train, 1 row) and each long probe set (`probes` at each of
     `cfg.ntk_lengths`, 2 rows: whole and tail). Shift invariance at step 0 and the last step:
     one more pass over the short probes (positions moved). At the last step, for a RoPE model,
-    each eval scaling method x factor: its short and long passes again (counted for every pair;
-    pairs with equal frequencies share passes, so this is an upper bound); and the position
+    each scaling stage that `measures_under` its scaling: its short and long passes again; and
+    the position
     kernels: each of min(`position_probes`, `probes`) probes once per block of `rows` positions
     (rows 2 with `pad_to_longest`, else 1) at L_train, and per 2 positions at the longest probe
     length.
@@ -76,10 +77,9 @@ def gradient_passes(cfg: TrialConfig) -> list[GradientPass]:
     shifted = sum(1 for s in {0, cfg.train.steps} if s in steps)
     if shifted:
         passes.append(call("shift invariance", n, L, 1, shifted))
-    if last and cfg.model.supports_scaling:
-        pairs = len(cfg.eval.methods) * len(cfg.eval.factors)
-        if pairs:
-            passes += kernels("RoPE scalings", pairs)
+    scaled = sum(1 for s in scalings_for(cfg)[1:] if measures_under(cfg, s))
+    if scaled:
+        passes += kernels("RoPE scalings", scaled)
     if last:
         m = min(ntk.position_probes, n)
         rows = 2 if ntk.pad_to_longest else 1
@@ -87,6 +87,17 @@ def gradient_passes(cfg: TrialConfig) -> list[GradientPass]:
         if longs:
             passes.append(call("position kernels", m * math.ceil(max(longs) / 2), max(longs), 2))
     return passes
+
+
+def measures_under(cfg: TrialConfig, scaling: Scaling) -> bool:
+    """Whether the stage of `scaling` measures K_cross under it: NTK tracking on, its last
+    step tracked, a RoPE model and a RoPE method (not the temperature)."""
+    return (
+        cfg.ntk.enabled
+        and cfg.train.steps in ntk_steps(cfg)
+        and cfg.model.supports_scaling
+        and fine_tunable(scaling)
+    )
 
 
 def outputs_per_row(cfg: TrialConfig) -> int:

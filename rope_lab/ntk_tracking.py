@@ -9,8 +9,8 @@ parameter group's kernels (group = "total" or a parameter group): K_train metric
 step (probe_length = L_train; drift against step 0 and the previous NTK step), K_cross metrics
 at every long probe length (probe_length = that length), and shift-invariance errors
 (positions offset by L_train) at step 0 and the last step. At the last step a RoPE model's
-K_cross is also measured under every scaling method and factor of the eval config (rows
-`SCALED_METRICS` with `method`, `factor`).
+K_cross is also measured under each RoPE scaling by that scaling's stage (`under_scalings`; rows
+`SCALED_METRICS` with `method`, `factor`, at the last step).
 
 Cost: each NTK step takes one gradient pass over the short probes and one over each long probe
 set (two output masks, whole and tail, sharing a forward pass); every kernel and metric is a
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,7 @@ import numpy as np
 
 from rope_lab import ntk_metrics as nm
 from rope_lab.atomic import atomic_write
-from rope_lab.config import TrialConfig
+from rope_lab.config import TrialConfig, thaw
 from rope_lab.model import Transformer, with_scaling
 from rope_lab.ntk import (
     GROUPS,
@@ -49,6 +49,7 @@ from rope_lab.ntk import (
 )
 from rope_lab.ntk_plan import ntk_steps
 from rope_lab.registry import NTK_METRICS
+from rope_lab.scaling_plan import Scaling
 from rope_lab.tasks import Task
 from rope_lab.train import Hook, StepState
 from rope_lab.xla_options import FEW_CALLS
@@ -298,9 +299,12 @@ class NTKTracker:
             rows += _metric_rows("shift", kernels, step, L, g)
         return rows
 
-    def under_scalings(self, model: Transformer, step: int) -> list[dict]:
-        """K_cross cosine and tail metrics of a RoPE model under each eval scaling method and
-        factor (the model's frequencies recomputed; dynamic scaling per probe length).
+    def under_scalings(
+        self, model: Transformer, step: int, scalings: Sequence[Scaling]
+    ) -> list[dict]:
+        """K_cross cosine and tail metrics (`SCALED_METRICS`) of a RoPE model under each of
+        `scalings` (the model's frequencies recomputed; dynamic scaling per probe length); the
+        sweep's scaling stages call it with their own scaling. Empty for other encodings.
 
         Gradient passes are shared between scalings that give the same frequencies (dynamic
         scaling at L_train is the unscaled model for every factor)."""
@@ -320,19 +324,18 @@ class NTKTracker:
                     cache[key] = self._long_features(scaled, length)
             return cache[key]
 
-        for method in self.cfg.eval.methods:
-            params = self.cfg.eval.params_for(method)
-            for factor in self.cfg.eval.factors:
-                short = features(with_scaling(model, method, factor, params, seq_len=L), L)
-                K_train = total_kernel(feature_kernels(short, short))
-                short_sq = np.diag(K_train)
-                for length in self.probes.long:
-                    scaled = with_scaling(model, method, factor, params, seq_len=length)
-                    t = cross_tail_kernels(features(scaled, length), short, short_sq)
-                    kernels = nm.Kernels(K_train, short_sq, **_cross_fields(t))
-                    for name in SCALED_METRICS:
-                        value = NTK_METRICS[name](kernels)
-                        rows.append(_row(step, length, TOTAL, name, value, method, factor))
+        for s in scalings:
+            params = thaw(s.params)
+            short = features(with_scaling(model, s.method, s.factor, params, seq_len=L), L)
+            K_train = total_kernel(feature_kernels(short, short))
+            short_sq = np.diag(K_train)
+            for length in self.probes.long:
+                scaled = with_scaling(model, s.method, s.factor, params, seq_len=length)
+                t = cross_tail_kernels(features(scaled, length), short, short_sq)
+                kernels = nm.Kernels(K_train, short_sq, **_cross_fields(t))
+                for name in SCALED_METRICS:
+                    value = NTK_METRICS[name](kernels)
+                    rows.append(_row(step, length, TOTAL, name, value, s.method, s.factor))
         return rows
 
 
@@ -391,8 +394,9 @@ def tracking_hook(
     folder: Path | None = None,
     done_steps: int = 0,
 ) -> tuple[Hook, NTKTracker]:
-    """A training hook measuring the NTK at `ntk_steps(cfg)` (those after `done_steps`), and at
-    the last step also under every RoPE scaling; `sink(step, rows)` receives the rows."""
+    """A training hook measuring the NTK at `ntk_steps(cfg)` (those after `done_steps`);
+    `sink(step, rows)` receives the rows. (The metrics under each RoPE scaling come from the
+    scaling stages, `NTKTracker.under_scalings`.)"""
     tracker = NTKTracker(cfg, task, folder)
     wanted = {s for s in tracker.steps if s > done_steps or (s == 0 and done_steps == 0)}
 
@@ -404,7 +408,6 @@ def tracking_hook(
         if state.step in (0, cfg.train.steps):
             rows += tracker.shift_invariance(state.model, state.step)
         if state.step == cfg.train.steps:
-            rows += tracker.under_scalings(state.model, state.step)
             tracker.position_kernels(state.model)
         sink(state.step, rows)
         tracker.seconds += time.perf_counter() - start

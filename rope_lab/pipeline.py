@@ -1,28 +1,31 @@
 """A trial's stages and the files they write: the one pipeline behind `rope-lab train` and sweeps.
 
-A trial is a train stage, then one scaling stage per (method, factor) of
-`scaling_plan.scaling_stages` (RoPE's, and `temperature` x1 for any encoding under
-`eval.zero_shot_temperature`; none after a divergence), then its trials row. Everything lands in
-`trial_dir(run_dir, trial_id)`:
+A trial is its stages (`rope_lab.stage_plan.trial_stages`): the train stage, then the stages
+that read the trained model (as trained; one per scaling of `scaling_plan.scalings_for`, none
+after a divergence), then its trials row. The trial id names the trained model only, so stages
+added by a later spec run alone. Everything lands in `trial_dir(run_dir, trial_id)`:
 
-    config.yaml                      the trial config
+    config.yaml                      the trial config (of the latest spec that finished it)
     checkpoints/<step>/              train stage checkpoints (every `train.checkpoint_every`)
     train/train_<step>.parquet       train rows, one segment per checkpoint
     ntk/ntk_<step>.parquet           NTK rows per tracked step (kernels in ntk/kernels_<step>.npz)
     model.eqx                        the trained model (not written for a diverged run)
-    eval/eval_base.parquet           eval rows as trained
-    eval/eval_<method>_x<f>.parquet  eval rows of one scaling stage (zero-shot, then fine-tuned;
-                                     eval_temperature_x1: zero-shot only)
+    eval/<stage>.parquet             eval rows of one stage (eval-<hash>: as trained;
+                                     <method>_x<f>-<hash>: zero-shot, then fine-tuned)
+    ntk/<stage>.parquet              a RoPE scaling stage's K_cross metrics under its scaling
+    superseded/<table>/<stage>.parquet  rows of finished stages the latest spec does not ask
+                                     for (kept, not loaded; moved back if a spec asks again)
     stages/<stage>/done.json         a finished stage's result; stages/<stage>/.lock its lease
     trials/trial.parquet             the trials row (status, error, time, size, flat config)
     error.txt                        a failed trial's tracebacks (the trials row's `error`)
-    _SUCCESS                         the trial is finished (done or diverged)
+    _SUCCESS                         the trial is finished (done or diverged) for the stages
+                                     it lists
 
-Stages take plain data (a config dict, the run directory) so a Ray worker can run them, import
-JAX only when they run (the sweep driver stays JAX-free), hold a per-stage lease so two drivers
-never run one twice, and return small dicts (never arrays). A finished stage returns its
-`done.json` result without work; an interrupted train stage resumes from its latest checkpoint.
-A Python error in a stage becomes a `failed` result carrying the traceback.
+Stages take plain data (a config dict, the run directory, a stage name) so a Ray worker can run
+them, import JAX only when they run (the sweep driver stays JAX-free), hold a per-stage lease so
+two drivers never run one twice, and return small dicts (never arrays). A finished stage
+returns its `done.json` result without work; an interrupted train stage resumes from its latest
+checkpoint. A Python error in a stage becomes a `failed` result carrying the traceback.
 """
 
 from __future__ import annotations
@@ -42,20 +45,17 @@ import yaml
 from rope_lab.atomic import atomic_write_text
 from rope_lab.config import TrialConfig, from_dict, to_dict
 from rope_lab.results import TrialLease, append_rows, mark_success, trial_dir, write_trial_row
-from rope_lab.scaling_plan import scaling_stages
+from rope_lab.stage_plan import TRAIN, Stage, eval_stages, find_stage
 from rope_lab.timing import Phases
 
 STAGES_DIR = "stages"
-TRAIN_STAGE = "train"
+TRAIN_STAGE = TRAIN
 MODEL_FILE = "model.eqx"
 CONFIG_FILE = "config.yaml"
 ERROR_FILE = "error.txt"  # the failed stages' tracebacks, as in the trials row's `error`
+SUPERSEDED_DIR = "superseded"  # rows of finished stages the latest spec does not ask for
+STAGE_TABLES = ("eval", "ntk")  # tables with one segment per evaluation stage
 FINISHED = ("done", "diverged")  # stage statuses that are results (a done.json is written)
-
-
-def stage_name(method: str, factor: float) -> str:
-    """Folder-safe name of a scaling stage, e.g. 'yarn_x4'."""
-    return f"{method}_x{factor:g}"
 
 
 def stage_dir(run_dir: str | Path, trial_id: str, stage: str) -> Path:
@@ -134,23 +134,31 @@ def _guarded(run_dir: str | Path, trial_id: str, stage: str, work: Callable[[], 
         lease.release()
 
 
-def run_train_stage(config: dict[str, Any], run_dir: str | Path) -> dict:
-    """Train (resuming from the latest checkpoint), evaluate the model as trained, save it.
+def run_stage(config: dict[str, Any], run_dir: str | Path, name: str) -> dict:
+    """Run the stage `name` of `stage_plan.trial_stages` of the trial `config` (a dict).
 
-    Result: status ("done", "diverged", "failed" or "busy"), n_params,
+    The train stage trains (resuming from the latest checkpoint), tracks the NTK and saves the
+    model; its result: status ("done", "diverged", "failed" or "busy"), n_params,
     n_params_non_embedding, tokens_seen, resumed_from, final_loss, ntk_time_s, train_time_s,
-    phases (seconds per phase)."""
+    phases (seconds per phase). Every other stage reads the saved model and writes its rows
+    (`_evaluate`); its result: status and phases."""
     cfg = from_dict(TrialConfig, config)
-    return _guarded(run_dir, cfg.trial_id, TRAIN_STAGE, lambda: _train(cfg, Path(run_dir)))
+    stage = find_stage(cfg, name)
+    if stage.is_train:
+        return _guarded(run_dir, cfg.trial_id, name, lambda: _train(cfg, Path(run_dir)))
+    return _guarded(run_dir, cfg.trial_id, name, lambda: _evaluate(cfg, Path(run_dir), stage))
+
+
+def run_train_stage(config: dict[str, Any], run_dir: str | Path) -> dict:
+    """`run_stage` of the train stage."""
+    return run_stage(config, run_dir, TRAIN_STAGE)
 
 
 def _train(cfg: TrialConfig, run_dir: Path) -> dict:
     phases = Phases()
     with phases.phase("setup"):
         from rope_lab.checkpoint import TrialCheckpointer, save_model
-        from rope_lab.evaluate import evaluate_model
         from rope_lab.model import count_non_embedding_params, count_params
-        from rope_lab.scaling_plan import scalings_for
         from rope_lab.tasks import task_from_config
         from rope_lab.train import Hook, StepState, init_state, train
 
@@ -211,12 +219,6 @@ def _train(cfg: TrialConfig, run_dir: Path) -> dict:
     if not result.diverged:
         with phases.phase("io"):
             save_model(folder / MODEL_FILE, result.model)
-        with phases.phase("eval"):
-            rows = evaluate_model(
-                result.model, task, cfg, step=result.steps_done, scalings=scalings_for(cfg)[:1]
-            )
-        with phases.phase("io"):
-            append_rows(folder, "eval", rows, segment="eval_base")
     return out | {"phases": phases.as_dict()}
 
 
@@ -228,49 +230,69 @@ def _timed(phases: Phases, name: str, fn: Callable) -> Callable:
     return run
 
 
-def run_scaling_stage(
-    config: dict[str, Any], run_dir: str | Path, method: str, factor: float
-) -> dict:
-    """Evaluate the trained model under one scaling of `scaling_stages` (zero-shot, then for a
-    RoPE method fine-tuned if `eval.finetune_steps` > 0), reading the model the train stage
-    saved."""
-    cfg = from_dict(TrialConfig, config)
-    stage = stage_name(method, factor)
-    return _guarded(
-        run_dir, cfg.trial_id, stage, lambda: _scale(cfg, Path(run_dir), method, factor, stage)
-    )
-
-
-def _scale(cfg: TrialConfig, run_dir: Path, method: str, factor: float, stage: str) -> dict:
+def _evaluate(cfg: TrialConfig, run_dir: Path, stage: Stage) -> dict:
+    """Rows of one stage reading the saved model into `eval/<stage>.parquet`: the model as
+    trained, or under the stage's scaling zero-shot (none when it leaves the trained frequencies
+    as they are), then fine-tuned when `scaling_plan.fine_tuned`; and the NTK under a RoPE
+    scaling into `ntk/<stage>.parquet` when `ntk_plan.measures_under`."""
     from rope_lab.checkpoint import load_model
     from rope_lab.evaluate import evaluate_model, finetune_and_evaluate
     from rope_lab.model_factory import make_model
-    from rope_lab.scaling_plan import eval_scaling, same_frequencies, scalings_for
+    from rope_lab.ntk_plan import measures_under
+    from rope_lab.scaling_plan import same_frequencies, scalings_for
     from rope_lab.tasks import task_from_config
 
+    assert stage.scaling is not None
     phases = Phases()
     folder = trial_dir(run_dir, cfg.trial_id)
     with phases.phase("io"):
         model = load_model(folder / MODEL_FILE, make_model(cfg))
     task = task_from_config(cfg.task)
-    scaling = eval_scaling(cfg, method, factor)
     step = cfg.train.steps
+    trained = scalings_for(cfg)[0]
     rows: list[dict] = []
-    if not same_frequencies(scalings_for(cfg)[0], scaling):
+    if stage.scaling == trained or not same_frequencies(trained, stage.scaling):
         with phases.phase("eval"):
-            rows += evaluate_model(model, task, cfg, step=step, scalings=[scaling])
-    with phases.phase("finetune"):
-        rows += finetune_and_evaluate(model, task, cfg, step=step, scalings=[scaling])
+            rows += evaluate_model(model, task, cfg, step=step, scalings=[stage.scaling])
+    if stage.scaling != trained:
+        with phases.phase("finetune"):
+            rows += finetune_and_evaluate(model, task, cfg, step=step, scalings=[stage.scaling])
     with phases.phase("io"):
-        append_rows(folder, "eval", rows, segment=f"eval_{stage}")
+        append_rows(folder, "eval", rows, segment=stage.name)
+    if stage.scaling != trained and measures_under(cfg, stage.scaling):
+        from rope_lab.ntk_tracking import NTKTracker
+
+        with phases.phase("ntk"):
+            ntk_rows = NTKTracker(cfg, task).under_scalings(model, step, [stage.scaling])
+        with phases.phase("io"):
+            append_rows(folder, "ntk", ntk_rows, segment=stage.name)
     return {"status": "done", "phases": phases.as_dict()}
+
+
+def select_stage_rows(folder: Path, stages: Sequence[str]) -> None:
+    """Make the trial's loaded stage rows those of `stages`: segments of other finished stages
+    move to `superseded/<table>/`, and those of `stages` found there move back (os.replace:
+    never lost, never half-moved). Train and NTK-step segments are not stage segments."""
+    finished = {p.name for p in (folder / STAGES_DIR).glob("*") if p.name != TRAIN_STAGE}
+    wanted = set(stages)
+    for table in STAGE_TABLES:
+        live, kept = folder / table, folder / SUPERSEDED_DIR / table
+        for path in sorted(live.glob("*.parquet")):
+            if path.stem in finished and path.stem not in wanted:
+                kept.mkdir(parents=True, exist_ok=True)
+                os.replace(path, kept / path.name)
+        for path in sorted(kept.glob("*.parquet")):
+            if path.stem in wanted:
+                live.mkdir(parents=True, exist_ok=True)
+                os.replace(path, live / path.name)
 
 
 def finish_trial(
     run_dir: str | Path, cfg: TrialConfig, results: Sequence[dict], *, sweep: str
 ) -> str:
-    """Write the trials row from the stage results (each with its `stage`) and, unless a stage
-    failed, `_SUCCESS`; the failed stages' tracebacks (the row's `error`) also go to
+    """Write the trials row and config.yaml from the stage results (each with its `stage`) and,
+    unless a stage failed, `_SUCCESS` listing the trial's stages; select those stages' rows
+    (`select_stage_rows`); the failed stages' tracebacks (the row's `error`) also go to
     `error.txt` (removed when a rerun has none). Returns the trial status: failed, else the
     train stage's status."""
     failed = [r for r in results if r.get("status") not in FINISHED]
@@ -298,9 +320,12 @@ def finish_trial(
         atomic_write_text(folder / ERROR_FILE, error if error.endswith("\n") else error + "\n")
     else:
         (folder / ERROR_FILE).unlink(missing_ok=True)  # a rerun that succeeded
+    stages = [TRAIN_STAGE, *(s.name for s in eval_stages(cfg))]
+    select_stage_rows(folder, stages)
+    atomic_write_text(folder / CONFIG_FILE, yaml.safe_dump(to_dict(cfg), sort_keys=False))
     write_trial_row(folder, row, cfg)
     if status != "failed":
-        mark_success(folder)
+        mark_success(folder, stages)
     return status
 
 
@@ -311,10 +336,10 @@ def run_trial_stages(
     default: `cfg.name`). Returns the trial status (done, diverged, failed, or busy when another
     process holds a stage: no trials row then) and the stage results."""
     config = to_dict(cfg)
-    results = [run_train_stage(config, run_dir)]
+    results = [run_stage(config, run_dir, TRAIN_STAGE)]
     if results[0]["status"] == "done":
-        for method, factor in scaling_stages(cfg):
-            results.append(run_scaling_stage(config, run_dir, method, factor))
+        for stage in eval_stages(cfg):
+            results.append(run_stage(config, run_dir, stage.name))
     if any(r["status"] == "busy" for r in results):
         return "busy", results
     return finish_trial(run_dir, cfg, results, sweep=cfg.name if sweep is None else sweep), results
@@ -329,9 +354,9 @@ __all__ = [
     "compile_cache_dir",
     "finish_trial",
     "read_done",
-    "run_scaling_stage",
+    "run_stage",
     "run_train_stage",
     "run_trial_stages",
+    "select_stage_rows",
     "stage_dir",
-    "stage_name",
 ]

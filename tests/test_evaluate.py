@@ -29,7 +29,9 @@ from rope_lab.model import with_scaling
 from rope_lab.model_factory import make_model
 from rope_lab.objective import token_losses
 from rope_lab.results import read_trial_table, trial_dir
-from rope_lab.sweep.stages import MODEL_FILE, run_scaling_stage
+from rope_lab.scaling_plan import eval_scaling
+from rope_lab.stage_plan import scaling_stage_name
+from rope_lab.sweep.stages import MODEL_FILE, run_stage
 from rope_lab.tasks import Batch, task_from_config
 from rope_lab.train import train
 from tests.helpers import tiny_trial
@@ -417,7 +419,8 @@ def test_scaling_stage_rows_are_zero_shot_and_finetuned(tmp_path, monkeypatch, f
     results = []
     spy = _finetune_spy(cfg, finetuned["model"], results, canned=finetuned["result"])
     monkeypatch.setattr(evaluate, "train", spy)
-    result = run_scaling_stage(to_dict(cfg), str(tmp_path), "linear", 2.0)
+    stage = scaling_stage_name(cfg, eval_scaling(cfg, "linear", 2.0))
+    result = run_stage(to_dict(cfg), str(tmp_path), stage)
     assert result["status"] == "done", result
     assert len(results) == 1
     rows = read_trial_table(folder, "eval").sort("finetune_steps", "length", "position_bucket")
@@ -503,7 +506,8 @@ def test_unscaled_rope_stages_exist_only_to_fine_tune(tmp_path, monkeypatch):
     monkeypatch.setattr(
         evaluate, "train", lambda cfg_, *, model, **kw: types.SimpleNamespace(model=model)
     )
-    assert run_scaling_stage(to_dict(cfg), str(tmp_path), "default", 2.0)["status"] == "done"
+    stage = scaling_stage_name(cfg, eval_scaling(cfg, "default", 2.0))
+    assert run_stage(to_dict(cfg), str(tmp_path), stage)["status"] == "done"
     rows = read_trial_table(folder, "eval")
     assert set(rows.get_column("finetune_steps").to_list()) == {1}
     assert set(zip(rows["method"], rows["factor"], strict=True)) == {("default", 2.0)}

@@ -271,7 +271,7 @@ def test_layout_ids_round_trip_and_default_ids_are_unchanged():
     trial = layered([{"window": 8}, {**NONE, "attn_scale": 0.1}], depth=2)
     assert trial.trial_id.startswith("passkey-rope+rope.w8+none.t0.1-w16-d2-")
     assert from_dict(TrialConfig, to_dict(trial)) == trial
-    assert TrialConfig().trial_id == "passkey-rope-w128-d2-L64-s0-d6ff651715"
+    assert TrialConfig().trial_id == "passkey-rope-w128-d2-L64-s0-2d33b89688"
     for key, value in [
         ("model.scalable_softmax", True),
         ("train.pose_target_length", 128),

@@ -22,8 +22,10 @@ import pytest
 from rope_lab import ntk
 from rope_lab.config import TrialConfig, replace
 from rope_lab.model import trainable, with_scaling
+from rope_lab.ntk_plan import measures_under
 from rope_lab.ntk_tracking import ProbeSets, tracking_hook
 from rope_lab.registry import NTK_METRICS
+from rope_lab.scaling_plan import scalings_for
 from rope_lab.train import StepState, make_model, make_task_from
 from tests.helpers import tiny_trial
 from tests.test_ntk import brute_groups, logit_jacobian, output_jacobian
@@ -161,6 +163,9 @@ def tracker_run(name: str, folder: Path) -> Run:
     models = {s: model0 if s == 0 else perturbed(model0, s) for s in STEPS}
     for step in STEPS:
         hook.fn(StepState(step, models[step], None, []))
+    # the scaling stages' rows: K_cross under each RoPE scaling at the last step
+    scaled = [s for s in scalings_for(cfg)[1:] if measures_under(cfg, s)]
+    rows += tracker.under_scalings(models[STEPS[-1]], STEPS[-1], scaled)
     with np.load(folder / "ntk" / "position_kernels.npz") as f:
         saved = dict(f)
 

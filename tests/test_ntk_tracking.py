@@ -7,7 +7,9 @@ import pytest
 from rope_lab.config import replace, to_dict
 from rope_lab.ntk_tracking import NTKTracker, ntk_steps
 from rope_lab.results import load
-from rope_lab.sweep.stages import run_train_stage
+from rope_lab.scaling_plan import scalings_for
+from rope_lab.stage_plan import eval_stages
+from rope_lab.sweep.stages import run_stage, run_train_stage
 from rope_lab.train import make_model, make_task_from
 from tests.helpers import tiny_trial
 
@@ -95,10 +97,11 @@ def _leaves(a, b):
 def test_rope_scalings_rows():
     cfg = _cfg("rope")
     tracker = NTKTracker(cfg, make_task_from(cfg))
-    rows = tracker.under_scalings(make_model(cfg), 4)
+    rows = tracker.under_scalings(make_model(cfg), 4, scalings_for(cfg)[1:])
     assert {(r["method"], r["factor"]) for r in rows} == {("linear", 2.0), ("dynamic", 2.0)}
     assert {r["probe_length"] for r in rows} == {32}
-    assert NTKTracker(_cfg("alibi"), make_task_from(cfg)).under_scalings(None, 4) == []
+    alibi = _cfg("alibi")
+    assert NTKTracker(alibi, make_task_from(alibi)).under_scalings(None, 4, scalings_for(cfg)) == []
 
 
 def test_train_stage_writes_ntk_table_and_resumes(tmp_path):
@@ -107,7 +110,15 @@ def test_train_stage_writes_ntk_table_and_resumes(tmp_path):
     assert result["status"] == "done" and result["ntk_time_s"] > 0
     ntk = load(tmp_path).ntk.collect()
     assert sorted(set(ntk["step"])) == [0, 1, 2, 4]
-    assert ntk.filter(pl.col("method") != "none").height > 0
+    assert ntk.filter(pl.col("method") != "none").height == 0  # the scaling stages' rows
+    for stage in eval_stages(cfg):
+        assert run_stage(to_dict(cfg), str(tmp_path), stage.name)["status"] == "done"
+    scaled = load(tmp_path).ntk.filter(pl.col("method") != "none").collect()
+    assert set(zip(scaled["method"], scaled["factor"], strict=True)) == {
+        ("linear", 2.0),
+        ("dynamic", 2.0),
+    }
+    assert set(scaled["step"]) == {4}
     folder = tmp_path / "trials" / cfg.trial_id / "ntk"
     assert sorted(p.name for p in folder.glob("kernels_*.npz")) == [
         f"kernels_{s:08d}.npz" for s in (0, 1, 2, 4)

@@ -37,12 +37,14 @@ from rope_lab.registry import POSITIONS, SCALINGS
 from rope_lab.results import read_trial_table, trial_dir
 from rope_lab.scaling_plan import (
     TEMPERATURE,
+    Scaling,
     finetune_scalings,
     scaling_stages,
     scalings_for,
 )
+from rope_lab.stage_plan import scaling_stage_name
 from rope_lab.sweep.plan import estimate_cost
-from rope_lab.sweep.stages import MODEL_FILE, run_scaling_stage, stage_name
+from rope_lab.sweep.stages import MODEL_FILE, run_stage
 from rope_lab.tasks import Task, task_from_config
 from tests.helpers import tiny_trial
 
@@ -108,7 +110,7 @@ def test_every_encoding_gets_the_stage_with_the_flag_and_none_without(kind):
     assert finetune_scalings(_with_temperature(off, **tuned)) == finetune_scalings(
         replace(off, **tuned)
     )
-    assert stage_name(TEMPERATURE, 1.0) == "temperature_x1"
+    assert scaling_stage_name(on, Scaling(TEMPERATURE, 1.0)).startswith("temperature_x1-")
     assert TEMPERATURE not in SCALINGS  # no RoPE method can be mistaken for it
 
 
@@ -265,9 +267,10 @@ def test_stage_of_a_finetuned_rope_trial_is_zero_shot_on_top_of_its_trained_scal
         raise AssertionError("the temperature stage is zero-shot only")
 
     monkeypatch.setattr(evaluate, "train", no_finetune)
-    result = run_scaling_stage(to_dict(cfg), str(tmp_path), TEMPERATURE, 1.0)
+    name = scaling_stage_name(cfg, Scaling(TEMPERATURE, 1.0))
+    result = run_stage(to_dict(cfg), str(tmp_path), name)
     assert result["status"] == "done", result
-    assert (folder / "eval" / "eval_temperature_x1.parquet").exists()
+    assert (folder / "eval" / f"{name}.parquet").exists()
     rows = read_trial_table(folder, "eval").drop("trial_id").to_dicts()
     assert {(r["method"], r["factor"], r["finetune_steps"], r["step"]) for r in rows} == {
         (TEMPERATURE, 1.0, 0, cfg.train.steps)
@@ -281,7 +284,7 @@ def test_stage_of_a_finetuned_rope_trial_is_zero_shot_on_top_of_its_trained_scal
         with_temperature(dynamic, math.log(length) / math.log(L_TRAIN)), cfg, task, length
     )
     assert _whole(rows, TEMPERATURE)[length]["loss"] == pytest.approx(direct, rel=1e-5)
-    again = run_scaling_stage(to_dict(cfg), str(tmp_path), TEMPERATURE, 1.0)
+    again = run_stage(to_dict(cfg), str(tmp_path), name)
     assert again["cached"] and read_trial_table(folder, "eval").height == len(rows)
 
 
@@ -318,7 +321,7 @@ def test_tiny_sweep_writes_temperature_rows_resumes_and_plots(tmp_path):
     summary = run_sweep(spec, out, runner="serial", progress=False)
     assert summary.count("done") == 2
     for results in summary.stages.values():
-        assert "temperature_x1" in {r["stage"] for r in results}
+        assert any(r["stage"].startswith("temperature_x1-") for r in results)
     run_dir = out / "tiny"
     ev = load(run_dir).eval_with_config.filter(pl.col("position_bucket").is_null()).collect()
     methods = {
@@ -335,13 +338,15 @@ def test_tiny_sweep_writes_temperature_rows_resumes_and_plots(tmp_path):
     # a trial killed inside its temperature stage reruns that stage alone, in place
     alibi = next(t for t in spec.trials if t.model.position.kind == "alibi")
     folder = trial_dir(run_dir, alibi.trial_id)
-    (stage_dir(run_dir, alibi.trial_id, "temperature_x1") / "done.json").unlink()
+    temperature = scaling_stage_name(alibi, Scaling(TEMPERATURE, 1.0))
+    (stage_dir(run_dir, alibi.trial_id, temperature) / "done.json").unlink()
     (folder / "_SUCCESS").unlink()
     height = load(run_dir).eval.collect().height
     rerun = run_sweep(spec, out, runner="serial", progress=False)
     assert rerun.skipped == 1 and rerun.statuses[alibi.trial_id] == "done"
     stages = {r["stage"]: r.get("cached", False) for r in rerun.stages[alibi.trial_id]}
-    assert stages == {"train": True, "temperature_x1": False}
+    as_trained = next(name for name in stages if name.startswith("eval-"))
+    assert stages == {"train": True, as_trained: True, temperature: False}
     assert is_finished(folder) and load(run_dir).eval.collect().height == height
 
     fig = plots.extrapolation(run_dir, metric="loss")

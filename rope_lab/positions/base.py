@@ -89,6 +89,9 @@ class EncodingConfig:
     hooks: ClassVar[frozenset[str]] = frozenset()  # which of embed/rotate/bias/contextual
     supports_scaling: ClassVar[bool] = False  # evaluated under RoPE scaling methods
     takes_positions: ClassVar[bool] = True  # False: positions are ignored (randomising is moot)
+    # its parameters' shapes depend on `max_length` (a learned table): then the table length is
+    # part of the trial id, since the eval lengths can set it
+    sized_by_length: ClassVar[bool] = False
 
     def build(
         self, model: ModelConfig, *, max_length: int, train_length: int, key: PRNGKeyArray

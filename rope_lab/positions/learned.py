@@ -35,6 +35,7 @@ class LearnedConfig(EncodingConfig):
     order = 1
     color = "#ff7f0e"
     hooks = frozenset({"embed"})
+    sized_by_length = True
 
     def build(self, model, *, max_length, train_length, key) -> LearnedPE:
         """A (max_length, width) table drawn from N(0, 1)."""

@@ -113,15 +113,29 @@ def write_trial_row(
     return append_rows(trial_dir, "trials", [merged], segment=TRIAL_SEGMENT, extra_schema=extra)
 
 
-def mark_success(trial_dir: str | Path) -> Path:
-    """Atomically create ``<trial_dir>/_SUCCESS`` (holds the UTC completion time)."""
-    stamp = json.dumps({"finished_at": dt.datetime.now(dt.UTC).isoformat()}).encode()
+def mark_success(trial_dir: str | Path, stages: Sequence[str] | None = None) -> Path:
+    """Atomically create ``<trial_dir>/_SUCCESS``: the UTC completion time and, when given, the
+    stages the trial finished (`is_finished` then tells whether those are the ones asked for)."""
+    marker: dict[str, Any] = {"finished_at": dt.datetime.now(dt.UTC).isoformat()}
+    if stages is not None:
+        marker["stages"] = list(stages)
+    stamp = json.dumps(marker).encode()
     return atomic_write(Path(trial_dir) / SUCCESS_MARKER, lambda f: f.write(stamp))
 
 
-def is_finished(trial_dir: str | Path) -> bool:
-    """Whether :func:`mark_success` has completed for this trial."""
-    return (Path(trial_dir) / SUCCESS_MARKER).is_file()
+def is_finished(trial_dir: str | Path, stages: Sequence[str] | None = None) -> bool:
+    """Whether :func:`mark_success` has completed for this trial; with `stages`, for exactly
+    that set of stages (a marker that lists none, or others, is not)."""
+    path = Path(trial_dir) / SUCCESS_MARKER
+    if not path.is_file():
+        return False
+    if stages is None:
+        return True
+    try:
+        listed = json.loads(path.read_text()).get("stages")
+    except (OSError, ValueError):
+        return False
+    return listed is not None and set(listed) == set(stages)
 
 
 def _check_segment(segment: str) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from rope_lab.config import TrialConfig
 from rope_lab.ntk_plan import gradient_passes, outputs_per_row
-from rope_lab.scaling_plan import finetune_scalings, scaling_stages, scalings_for
+from rope_lab.scaling_plan import finetune_scalings, scalings_for
+from rope_lab.stage_plan import trial_stages
 from rope_lab.sweep.spec import SweepSpec, axis_assignments, format_value
 
 
@@ -44,9 +45,10 @@ def ntk_flops(trial: TrialConfig) -> int:
 
 
 def n_stages(trial: TrialConfig) -> int:
-    """Sweep stages of a trial: its train stage and one per `scaling_stages` (each RoPE method x
-    factor, fine-tuning included; the zero-shot temperature)."""
-    return 1 + len(scaling_stages(trial))
+    """Sweep stages of a trial (`stage_plan.trial_stages`): train, the model as trained, and
+    one per scaling (each RoPE method x factor, fine-tuning included; the zero-shot
+    temperature)."""
+    return len(trial_stages(trial))
 
 
 def eval_sequences(trial: TrialConfig, length: int) -> int:
@@ -179,8 +181,8 @@ def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
 
     rule = "-" * len(line(header))
     intro = (
-        f"sweep {spec.name}: {len(spec.trials)} trials; stages = train + one per scaling "
-        f"stage; FLOPs = train + fine-tune + eval + NTK tracking; CPU time at "
+        f"sweep {spec.name}: {len(spec.trials)} trials; stages = train + as trained + one "
+        f"per scaling; FLOPs = train + fine-tune + eval + NTK tracking; CPU time at "
         f"{flops_per_s / 1e9:g} GFLOP/s sustained (compilation not included)"
     )
     return "\n".join([intro, line(header), rule, *map(line, rows), rule, line(total)])

@@ -1,6 +1,6 @@
-"""Run a sweep: a train stage per trial, then one scaling stage per (method, factor) of
-`scaling_stages` (each RoPE scaling; the log-length temperature of any trial that asks for it)
-reading the trained model from disk, then its trials row (all from `rope_lab.pipeline`).
+"""Run a sweep: per trial, the stages of `stage_plan.trial_stages` not finished yet (a train
+stage, then the stages reading the trained model from disk: as trained, and one per scaling),
+then its trials row (all from `rope_lab.pipeline`).
 Ray core tasks (in-process Ray by default, any cluster with `address`), or a serial runner with
 the same interface for tests and debugging.
 
@@ -19,15 +19,9 @@ from typing import Any, Protocol
 
 from rope_lab.allocator import worker_env
 from rope_lab.config import TrialConfig, to_dict
-from rope_lab.pipeline import (
-    TRAIN_STAGE,
-    finish_trial,
-    run_scaling_stage,
-    run_train_stage,
-    stage_name,
-)
+from rope_lab.pipeline import TRAIN_STAGE, finish_trial, read_done, run_stage, stage_dir
 from rope_lab.results import is_finished, trial_dir
-from rope_lab.scaling_plan import scaling_stages
+from rope_lab.stage_plan import eval_stages, trial_stages
 from rope_lab.sweep.spec import Resources, SweepSpec
 
 
@@ -145,8 +139,8 @@ class Progress:
     """One status line, e.g. `3/8 trials finished (13/31 stages): 1 failed, 2 skipped; 2 stages
     active; elapsed 40s, ETA 67s`. Trials: finished (done, diverged or failed, plus the skipped
     ones finished before) of all the sweep's trials. Stages: this run's stage tasks ended of
-    those planned (each trial to run: its train stage and one per `scaling_stages`; a train
-    stage that does not end `done` takes its trial's scaling stages off the plan). Active:
+    those planned (each trial to run: its stages not finished before; a train stage that does
+    not end `done` takes its trial's other stages off the plan). Active:
     stage tasks queued or running. ETA: elapsed per finished trial x trials left. Rewritten in
     place on a TTY; otherwise printed once per finished trial."""
 
@@ -194,9 +188,18 @@ def run_sweep(
     """Run every unfinished trial of `spec` under `out_dir/spec.name`; return the summary."""
     run_dir = Path(out_dir) / spec.name
     (run_dir / "trials").mkdir(parents=True, exist_ok=True)  # a run directory from the start
-    todo = [t for t in spec.trials if not is_finished(trial_dir(run_dir, t.trial_id))]
+
+    def finished_stage(t: TrialConfig, name: str) -> dict | None:
+        return read_done(stage_dir(run_dir, t.trial_id, name))
+
+    def stage_names(t: TrialConfig) -> list[str]:
+        return [stage.name for stage in trial_stages(t)]
+
+    todo = [
+        t for t in spec.trials if not is_finished(trial_dir(run_dir, t.trial_id), stage_names(t))
+    ]
     statuses = {t.trial_id: "skipped" for t in spec.trials}
-    planned = sum(1 + len(scaling_stages(t)) for t in todo)
+    planned = sum(1 for t in todo for name in stage_names(t) if finished_stage(t, name) is None)
     bar = Progress(len(spec.trials), len(spec.trials) - len(todo), planned)
     start = time.perf_counter()
     if not todo:
@@ -213,14 +216,50 @@ def run_sweep(
     states = {t.trial_id: TrialState(t) for t in todo}
     handles: dict[Any, tuple[str, str, float]] = {}
 
-    def submit(trial_id: str, stage: str, fn: Callable[..., dict], *args: Any) -> None:
-        handles[backend.submit(fn, *args)] = (trial_id, stage, time.time())
-        states[trial_id].pending.add(stage)
+    def run(t: TrialConfig, name: str) -> None:
+        """Submit stage `name`, or record its earlier result when it has finished before."""
+        cached = finished_stage(t, name)
+        if cached is not None:
+            states[t.trial_id].results.append({"stage": name, **cached, "cached": True})
+            if name == TRAIN_STAGE:
+                after_train(t, cached)
+            return
+        handles[backend.submit(run_stage, to_dict(t), str(run_dir), name)] = (
+            t.trial_id,
+            name,
+            time.time(),
+        )
+        states[t.trial_id].pending.add(name)
         bar.running = len(handles)
 
+    def after_train(t: TrialConfig, result: dict) -> None:
+        if result.get("status") == "done":
+            for stage in eval_stages(t):
+                run(t, stage.name)
+        else:  # not run: off the plan
+            bar.stages_total -= sum(1 for s in eval_stages(t) if finished_stage(t, s.name) is None)
+
+    def finish_if_ended(trial_id: str) -> None:
+        state = states[trial_id]
+        if state.pending or trial_id in ended:
+            return
+        ended.add(trial_id)
+        if any(r.get("status") == "busy" for r in state.results):
+            statuses[trial_id] = "busy"
+            return
+        statuses[trial_id] = finish_trial(run_dir, state.cfg, state.results, sweep=spec.name)
+        if statuses[trial_id] == "failed":
+            bar.failed += 1
+        else:
+            bar.done += 1
+        if progress and not bar.tty:
+            bar.show()
+
+    ended: set[str] = set()
     try:
         for t in todo:
-            submit(t.trial_id, TRAIN_STAGE, run_train_stage, to_dict(t), str(run_dir))
+            run(t, TRAIN_STAGE)
+            finish_if_ended(t.trial_id)
         while handles:
             if progress and bar.tty:
                 bar.show()
@@ -234,33 +273,10 @@ def run_sweep(
                 {"stage": stage, "submitted_at": submitted, "queued_s": queued, **result}
             )
             bar.stages_done += 1
-            if stage == TRAIN_STAGE and result.get("status") != "done":
-                bar.stages_total -= len(scaling_stages(state.cfg))  # not run: off the plan
-            if stage == TRAIN_STAGE and result.get("status") == "done":
-                for method, factor in scaling_stages(state.cfg):
-                    submit(
-                        trial_id,
-                        stage_name(method, factor),
-                        run_scaling_stage,
-                        to_dict(state.cfg),
-                        str(run_dir),
-                        method,
-                        factor,
-                    )
+            if stage == TRAIN_STAGE:
+                after_train(state.cfg, result)
             bar.running = len(handles)
-            if not state.pending:
-                if any(r.get("status") == "busy" for r in state.results):
-                    statuses[trial_id] = "busy"
-                    continue
-                statuses[trial_id] = finish_trial(
-                    run_dir, state.cfg, state.results, sweep=spec.name
-                )
-                if statuses[trial_id] == "failed":
-                    bar.failed += 1
-                else:
-                    bar.done += 1
-                if progress and not bar.tty:
-                    bar.show()
+            finish_if_ended(trial_id)
     except KeyboardInterrupt:
         backend.cancel(list(handles))
         raise

@@ -25,6 +25,7 @@ from rope_lab.config import (
     ConfigError,
     Params,
     TrialConfig,
+    config_hash,
     dotted_fields,
     from_dict,
     replace,
@@ -33,6 +34,7 @@ from rope_lab.config import (
     validate,
     variant_tag,
 )
+from rope_lab.results.columns import flatten_config
 from rope_lab.sweep.plain import canon, format_value, lookup, nest, set_dotted, unique
 
 NAME_PATTERN = re.compile(r"[a-z0-9_-]+")
@@ -379,13 +381,29 @@ def _expand(
             if failed <= MAX_TRIAL_ERRORS:
                 errors.append(f"trial {format_value(plain)}: {err}")
             continue
-        trials.setdefault(cfg.trial_id, cfg)
+        first = trials.setdefault(cfg.trial_id, cfg)
+        if config_hash(first) != config_hash(cfg):
+            errors.append(_shared_model_error(first, cfg, plain))
     if failed > MAX_TRIAL_ERRORS:
         errors.append(f"... and {failed - MAX_TRIAL_ERRORS} more trials fail validation")
     for j, n in enumerate(matches):
         if n == 0:
             errors.append(f"exclude[{j}]: matches no trial of the grid, so it can never apply")
     return list(trials.values()), errors
+
+
+def _shared_model_error(first: TrialConfig, cfg: TrialConfig, plain: dict) -> str:
+    """Why two grid points that train the same model cannot both be trials: a trial (its id
+    names the trained model) has one evaluation."""
+    a, b = flatten_config(first), flatten_config(cfg)
+    keys = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+    differ = ", ".join(f"{k} ({format_value(a.get(k))} vs {format_value(b.get(k))})" for k in keys)
+    return (
+        f"trial {format_value(plain)}: trains the same model as another point (trial id "
+        f"{cfg.trial_id}) and differs only in how it is evaluated: {differ}. A trial has one "
+        "evaluation; sweep training settings, and evaluate a second way with a second spec of "
+        "the same name (it runs only the new evaluation stages)"
+    )
 
 
 def _apply_scaling(cfg: TrialConfig, scaling: ScalingSpec | None) -> TrialConfig:

@@ -1,7 +1,8 @@
 """The stages a sweep worker runs: `rope_lab.pipeline`'s, under the names the sweep used.
 
-`run_train_stage(config, run_dir)` and `run_scaling_stage(config, run_dir, method, factor)` take
-plain data and import JAX only when they run; see `rope_lab.pipeline` for the files they write.
+`run_stage(config, run_dir, name)` takes plain data and imports JAX only when it runs; the
+stage names come from `rope_lab.stage_plan.trial_stages`; see `rope_lab.pipeline` for the files
+stages write.
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ from rope_lab.pipeline import (
     TRAIN_STAGE,
     compile_cache_dir,
     read_done,
-    run_scaling_stage,
+    run_stage,
     run_train_stage,
     stage_dir,
-    stage_name,
 )
 
 __all__ = [
@@ -24,8 +24,7 @@ __all__ = [
     "TRAIN_STAGE",
     "compile_cache_dir",
     "read_done",
-    "run_scaling_stage",
+    "run_stage",
     "run_train_stage",
     "stage_dir",
-    "stage_name",
 ]

@@ -92,12 +92,12 @@ def test_no_ntk_cost_without_tracking_and_no_scaling_passes_without_rope() -> No
 @pytest.mark.parametrize(
     ("changes", "stages"),
     [
-        ({}, 3),  # train, linear x2, dynamic x2
-        ({"eval": {"factors": [2, 4]}}, 5),
-        ({"eval": {"finetune_steps": 5}}, 3),  # fine-tuning runs inside the scaling stages
-        ({"eval": {"zero_shot_temperature": True}}, 4),  # + temperature x1
-        ({"model": {"position": {"kind": "alibi"}}}, 1),
-        ({"model": {"position": {"kind": "alibi"}}, "eval": {"zero_shot_temperature": True}}, 2),
+        ({}, 4),  # train, as trained, linear x2, dynamic x2
+        ({"eval": {"factors": [2, 4]}}, 6),
+        ({"eval": {"finetune_steps": 5}}, 4),  # fine-tuning runs inside the scaling stages
+        ({"eval": {"zero_shot_temperature": True}}, 5),  # + temperature x1
+        ({"model": {"position": {"kind": "alibi"}}}, 2),
+        ({"model": {"position": {"kind": "alibi"}}, "eval": {"zero_shot_temperature": True}}, 3),
     ],
 )
 def test_stages_per_trial(changes: dict, stages: int) -> None:
@@ -121,7 +121,7 @@ def test_plan_table_shows_stages_and_ntk_flops() -> None:
     )
     lines = plan_table(spec, flops_per_s=1e9).splitlines()
     assert "FLOPs = train + fine-tune + eval + NTK tracking" in lines[0]
-    assert "stages = train + one per scaling stage" in lines[0]
+    assert "stages = train + as trained + one per scaling" in lines[0]
     header = lines[1]
 
     def cell(line: str, column: str) -> str:
@@ -134,9 +134,9 @@ def test_plan_table_shows_stages_and_ntk_flops() -> None:
     rope = next(line for line in lines if line.startswith("passkey-rope"))
     alibi = next(line for line in lines if line.startswith("passkey-alibi"))
     assert (cell(rope, "stages"), cell(alibi, "stages"), cell(lines[-1], "stages")) == (
-        "3",
-        "1",
         "4",
+        "2",
+        "6",
     )
     assert cell(rope, "NTK FLOPs") == "407M"  # 406_650_880, as counted by hand above
     assert lines[-1].startswith("total (2 trials)")

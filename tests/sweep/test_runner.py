@@ -8,7 +8,7 @@ from rope_lab.results import is_finished, load, trial_dir
 from rope_lab.sweep.runner import run_sweep
 from rope_lab.sweep.spec import load_spec
 from rope_lab.sweep.stages import compile_cache_dir
-from tests.sweep.conftest import write_spec
+from tests.sweep.conftest import TINY, write_spec
 
 
 def _table_counts(run_dir):
@@ -194,22 +194,22 @@ def test_sweep_progress_counts_stages_and_drops_those_a_diverged_trial_skips(
 ):
     from rope_lab.sweep import runner
 
-    spec = load_spec(tiny_spec)  # rope (train + linear x2 + dynamic x2) and alibi (train)
+    spec = load_spec(tiny_spec)  # rope (train, as trained, linear x2, dynamic x2), alibi (2)
 
-    def train(config, run_dir):
-        return {"status": "diverged" if config["model"]["position"]["kind"] == "rope" else "done"}
+    def stage(config, run_dir, name):
+        diverges = name == "train" and config["model"]["position"]["kind"] == "rope"
+        return {"status": "diverged" if diverges else "done"}
 
-    monkeypatch.setattr(runner, "run_train_stage", train)
-    monkeypatch.setattr(runner, "run_scaling_stage", lambda *a: {"status": "done"})
+    monkeypatch.setattr(runner, "run_stage", stage)
     monkeypatch.setattr(runner, "finish_trial", lambda run_dir, cfg, results, sweep: "done")
     monkeypatch.setattr(runner.time, "perf_counter", lambda: 0.0)
     run_sweep(spec, tmp_path / "runs", runner="serial")
     lines = capsys.readouterr().err.splitlines()
-    # planned 3 + 1 stages; rope's train stage diverged, so its 2 scaling stages never run
+    # planned 4 + 2 stages; rope's train stage diverged, so its 3 other stages never run
     assert lines == [
-        "1/2 trials finished (1/2 stages): 0 failed, 0 skipped; 1 stages active; "
+        "1/2 trials finished (1/3 stages): 0 failed, 0 skipped; 1 stages active; "
         "elapsed 0s, ETA 0s",
-        "2/2 trials finished (2/2 stages): 0 failed, 0 skipped; 0 stages active; "
+        "2/2 trials finished (3/3 stages): 0 failed, 0 skipped; 0 stages active; "
         "elapsed 0s, ETA 0s",
     ]
 
@@ -218,16 +218,68 @@ def test_sweep_progress_counts_every_planned_stage(tiny_spec, tmp_path, monkeypa
     from rope_lab.sweep import runner
 
     spec = load_spec(tiny_spec)
-    monkeypatch.setattr(runner, "run_train_stage", lambda *a: {"status": "done"})
-    monkeypatch.setattr(runner, "run_scaling_stage", lambda *a: {"status": "done"})
+    monkeypatch.setattr(runner, "run_stage", lambda *a: {"status": "done"})
     monkeypatch.setattr(runner, "finish_trial", lambda run_dir, cfg, results, sweep: "done")
     monkeypatch.setattr(runner.time, "perf_counter", lambda: 0.0)
     summary = run_sweep(spec, tmp_path / "runs", runner="serial")
     lines = capsys.readouterr().err.splitlines()
-    # the serial runner runs both train stages first, then rope's two scaling stages
+    # the serial runner runs both train stages first, then rope's three other stages, then
+    # alibi's as-trained stage
     assert [line.split(":")[0] for line in lines] == [
-        "1/2 trials finished (2/4 stages)",
-        "2/2 trials finished (4/4 stages)",
+        "1/2 trials finished (5/6 stages)",
+        "2/2 trials finished (6/6 stages)",
     ]
     assert summary.count("done") == 2
     assert (tmp_path / "runs" / "tiny" / "trials").is_dir()  # a run directory from the start
+
+
+def test_a_spec_that_adds_stages_runs_only_them_and_the_tables_follow_the_spec(tmp_path):
+    """The trial id names the trained model: a second spec adding a scaling and a fine-tune
+    trains nothing and runs only the new stages; one that reads differently reruns the
+    evaluation stages alone; rows of stages a spec does not ask for are set aside (never
+    lost, never doubled) and come back, unchanged, when a spec asks for them again."""
+    out = tmp_path / "runs"
+    first = load_spec(write_spec(tmp_path))
+    run_sweep(first, out, runner="serial", progress=False)
+    run_dir = out / "tiny"
+    key = ["trial_id", "method", "factor", "finetune_steps", "length", "position_bucket"]
+    original = load(run_dir).eval.collect().sort(key)
+    train_rows = load(run_dir).train.collect().height
+
+    more = load_spec(
+        write_spec(
+            tmp_path,
+            scaling={"methods": ["linear", "dynamic", "yarn"], "factors": [2]},
+            base__eval={**TINY["base"]["eval"], "finetune_steps": 2, "finetune_methods": ["yarn"]},
+        )
+    )
+    assert [t.trial_id for t in more.trials] == [t.trial_id for t in first.trials]
+    summary = run_sweep(more, out, runner="serial", progress=False)
+    ran = {
+        (tid[:12], r["stage"].split("-")[0])
+        for tid, results in summary.stages.items()
+        for r in results
+        if not r.get("cached")
+    }
+    assert ran == {("passkey-rope", "yarn_x2")}  # no training, no stage run twice
+    ev = load(run_dir).eval.collect()
+    assert ev.select(key).is_duplicated().sum() == 0
+    assert set(ev.filter(pl.col("method") == "yarn")["finetune_steps"]) == {0, 2}
+    assert load(run_dir).train.collect().height == train_rows
+
+    reread = load_spec(write_spec(tmp_path, base__eval={**TINY["base"]["eval"], "batches": 2}))
+    summary = run_sweep(reread, out, runner="serial", progress=False)
+    for results in summary.stages.values():
+        assert {r["stage"] for r in results if not r.get("cached")} == {
+            r["stage"] for r in results if r["stage"] != "train"
+        }
+    ev = load(run_dir).eval.collect()
+    assert ev.select(key).is_duplicated().sum() == 0 and "yarn" not in set(ev["method"])
+    assert any(
+        (trial_dir(run_dir, t.trial_id) / "superseded" / "eval").iterdir() for t in first.trials
+    )
+
+    again = run_sweep(first, out, runner="serial", progress=False)
+    assert all(r.get("cached") for results in again.stages.values() for r in results)
+    assert load(run_dir).eval.collect().sort(key).equals(original)
+    assert run_sweep(first, out, runner="serial", progress=False).skipped == 2

@@ -106,13 +106,23 @@ def test_scaling_fields_left_out_keep_the_base_values():
 
 def test_axis_values_are_coerced_like_the_field_and_mappings_are_allowed():
     zipped = [{"task.name": ["passkey", "copy"], "task.params": [{"needle_length": 3}, {}]}]
-    grid = {"eval.length_multipliers": [[1, 2], [1, 4]], "model.position.rope.theta": [100]}
+    grid = {"ntk.probe_multipliers": [[1, 2], [1, 4]], "model.position.rope.theta": [100]}
     spec = parse_spec(spec_dict(grid=grid, zip=zipped))
     assert len(spec.trials) == 4
-    assert {t.eval.length_multipliers for t in spec.trials} == {(1.0, 2.0), (1.0, 4.0)}
+    assert {t.ntk.probe_multipliers for t in spec.trials} == {(1.0, 2.0), (1.0, 4.0)}
     assert {t.task.params for t in spec.trials} == {(("needle_length", 3),), ()}
     assert all(t.model.position.rope.theta == 100.0 for t in spec.trials)
     assert spec.axes["task.params"] == ({"needle_length": 3}, {})
+
+
+def test_points_training_the_same_model_must_not_differ_in_evaluation():
+    """A trial id names the trained model: two grid points that share it but read the model
+    differently cannot both be trials, and the error names the differing eval key."""
+    grid = {"eval.length_multipliers": [[1, 2], [1, 4]], "model.width": [32, 48]}
+    with pytest.raises(ConfigError, match=r"eval.length_multipliers \(\[1, 2\] vs \[1, 4\]\)"):
+        parse_spec(spec_dict(grid=grid))
+    same = {"eval.pad_to_longest": [False, True], "model.width": [32, 48]}
+    assert len(parse_spec(spec_dict(grid=same)).trials) == 2  # execution only: one trial each
 
 
 def test_a_key_inside_params_keeps_the_other_params():
