@@ -69,6 +69,7 @@ class TextLMParams(TaskParams):
 
     path: str
     eval_fraction: float = 0.1
+    eval_path: str | None = None
     display_name: ClassVar[str] = "text LM"
     order: ClassVar[int] = 5
     is_text: ClassVar[bool] = True
@@ -87,33 +88,56 @@ class TextLMTask(TextLMParams, Task):
     evaluation and NTK probes; training windows never touch it (:func:`text_split_bounds`).
     Each row is a uniformly random window of L+1 consecutive bytes of its split; all positions
     are scored. ``min_length = 1``; each split must hold at least L+1 bytes (and the file less
-    than 2**31).
+    than 2**31). With ``eval_path`` (a second file or built-in corpus), the whole of ``path``
+    trains and the whole of ``eval_path`` is the ``eval`` split (``eval_fraction`` is then
+    not used and must stay at its default).
     """
 
     data: np.ndarray = field(init=False, repr=False, compare=False)
+    eval_data: np.ndarray | None = field(init=False, repr=False, compare=False, default=None)
 
     def _check_params(self) -> None:
         if not isinstance(self.path, str | os.PathLike):
             raise ValueError(f"lm_text: path must be a file path, got path={self.path!r}")
         object.__setattr__(self, "path", os.fspath(self.path))
         check_float(self, "eval_fraction", 0.0, 0.9)
-        data = _load_text(self.path)
-        if data.size >= 2**31:
-            raise ValueError(f"lm_text: path={self.path!r} is too large ({data.size} bytes)")
-        object.__setattr__(self, "data", data)
+        default = TextLMParams.__dataclass_fields__["eval_fraction"].default
+        if self.eval_path is not None:
+            if not isinstance(self.eval_path, str | os.PathLike):
+                raise ValueError(f"lm_text: eval_path must be a file path, got {self.eval_path!r}")
+            object.__setattr__(self, "eval_path", os.fspath(self.eval_path))
+            if self.eval_fraction != default:
+                raise ValueError(
+                    f"lm_text: eval_fraction={self.eval_fraction} and eval_path="
+                    f"{self.eval_path!r} both choose the held-out text; give one (with eval_path "
+                    "the whole of path trains)"
+                )
+        for name in ("path", "eval_path"):
+            where = getattr(self, name)
+            if where is not None and _load_text(where).size >= 2**31:
+                raise ValueError(f"lm_text: {name}={where!r} is too large")
+        self._read()
+
+    def _read(self) -> None:
+        """Load the training text (and the evaluation text of `eval_path`) from the cache."""
+        object.__setattr__(self, "data", _load_text(self.path))
+        if self.eval_path is not None:
+            object.__setattr__(self, "eval_data", _load_text(self.eval_path))
 
     def __getstate__(self) -> dict[str, Any]:
         return {
             "vocab_size": self.vocab_size,
             "path": self.path,
             "eval_fraction": self.eval_fraction,
+            "eval_path": self.eval_path,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        state = {"eval_fraction": TextLMTask.__dataclass_fields__["eval_fraction"].default, **state}
-        for k, v in state.items():
+        fields = TextLMTask.__dataclass_fields__
+        defaults = {k: fields[k].default for k in ("eval_fraction", "eval_path")}
+        for k, v in {**defaults, **state}.items():
             object.__setattr__(self, k, v)
-        object.__setattr__(self, "data", _load_text(self.path))
+        self._read()
 
     def min_vocab_size(self) -> int:
         return 256
@@ -124,18 +148,27 @@ class TextLMTask(TextLMParams, Task):
     def min_length(self) -> int:
         return 1
 
-    def split_bounds(self) -> dict[str, tuple[int, int]]:
-        """Byte ranges [start, stop) of the ``train`` and ``eval`` splits of ``self.data``."""
-        return text_split_bounds(int(self.data.size), self.eval_fraction)
+    def split_bytes(self, split: str) -> np.ndarray:
+        """The bytes of one split (n,) uint8: a range of ``self.data`` (`text_split_bounds`),
+        or with ``eval_path`` the whole training file and the whole evaluation file."""
+        check_split(split)
+        if self.eval_data is not None:
+            return self.data if split == "train" else self.eval_data
+        start, stop = text_split_bounds(int(self.data.size), self.eval_fraction)[split]
+        return self.data[start:stop]
 
     def validate(self, length: int, split: str | None = "train") -> None:
         super().validate(length, split)
         if split is not None:  # None: the sampler checks the size of the operands it gets
-            start, stop = self.split_bounds()[split]
-            if stop - start < int(length) + 1:
+            size = self.split_bytes(split).size
+            if size < int(length) + 1:
+                where = (
+                    f"eval_path={self.eval_path!r}"
+                    if split == "eval" and self.eval_path is not None
+                    else f"path={self.path!r} (eval_fraction={self.eval_fraction})"
+                )
                 raise ValueError(
-                    f"lm_text: the {split} split of path={self.path!r} (eval_fraction="
-                    f"{self.eval_fraction}) has {stop - start} bytes, too short for "
+                    f"lm_text: the {split} split of {where} has {size} bytes, too short for "
                     f"length={length} (need length + 1 = {int(length) + 1} bytes)"
                 )
 
@@ -144,11 +177,11 @@ class TextLMTask(TextLMParams, Task):
         ``ensure_compile_time_eval``, so a first call inside a trace still caches a concrete
         array, never a tracer."""
         check_split(split)
-        key = (*_text_key(self.path), self.eval_fraction, split)
+        where = (self.eval_path,) if self.eval_path is None else _text_key(self.eval_path)
+        key = (*_text_key(self.path), *where, self.eval_fraction, split)
         if key not in _TEXT_DEVICE:
-            start, stop = self.split_bounds()[split]
             with jax.ensure_compile_time_eval():
-                _TEXT_DEVICE[key] = jax.device_put(self.data[start:stop])
+                _TEXT_DEVICE[key] = jax.device_put(self.split_bytes(split))
         return (_TEXT_DEVICE[key],)
 
     def _sample(self, key: jax.Array, batch_size: int, length: int, operands: Operands) -> Batch:

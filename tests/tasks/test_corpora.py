@@ -31,7 +31,7 @@ def test_lm_text_on_a_builtin_corpus_reads_its_held_out_tail() -> None:
     task = make_task("lm_text", 256, path="builtin:python-docs", eval_fraction=0.1)
     data = builtin_text("builtin:python-docs")
     held_out = round(0.1 * data.size)
-    assert task.split_bounds()["eval"] == (data.size - held_out, data.size)
+    assert task.split_bytes("eval").tobytes() == data[data.size - held_out :].tobytes()
     tokens, targets, _ = as_numpy(sample_batch(task, 4, 32, split="eval", key=jax.random.key(1)))
     tail = data[data.size - held_out :].tobytes()
     for row_tok, row_tgt in zip(tokens, targets, strict=True):

@@ -168,3 +168,33 @@ def test_text_windows_read_each_byte_once(size: int, length: int, stride: int) -
     assert (first_scored >= length - stride).all()  # context before every scored byte
     with pytest.raises(ValueError, match="unknown text protocol"):
         text_windows(data, length, "random")
+
+
+def test_eval_path_trains_on_the_whole_file_and_evaluates_on_the_other(
+    tmp_path, text_file: str
+) -> None:
+    """With `eval_path` the training split is all of `path` and the eval split all of
+    `eval_path` (a whole-split window reads each file byte for byte); a pickled task reads
+    both again; an `eval_fraction` beside it, or a short eval file, is a clear error."""
+    import pickle
+
+    data = np.fromfile(text_file, dtype=np.uint8)
+    other = np.frombuffer(bytes(range(256)) * 2, dtype=np.uint8)
+    held = tmp_path / "held_out.txt"
+    held.write_bytes(other.tobytes())
+    task = make_task("lm_text", 256, path=text_file, eval_path=str(held))
+    tokens, targets, _ = as_numpy(sample_batch(task, 2, data.size - 1, key=jax.random.key(0)))
+    np.testing.assert_array_equal(tokens[0], data[:-1])
+    np.testing.assert_array_equal(targets[0], data[1:])
+    for t in (task, pickle.loads(pickle.dumps(task))):
+        tokens, targets, _ = as_numpy(
+            sample_batch(t, 2, other.size - 1, split="eval", key=jax.random.key(0))
+        )
+        np.testing.assert_array_equal(tokens[1], other[:-1])
+        np.testing.assert_array_equal(targets[1], other[1:])
+    with pytest.raises(ValueError, match=r"eval_fraction=0.2 and eval_path=.* give one"):
+        make_task("lm_text", 256, path=text_file, eval_path=str(held), eval_fraction=0.2)
+    with pytest.raises(ValueError, match=r"eval split of eval_path=.*held_out.* has 512 bytes"):
+        sample_batch(task, 2, 512, split="eval", key=jax.random.key(0))
+    with pytest.raises(ValueError, match=r"nope\.txt.* does not exist"):
+        make_task("lm_text", 256, path=text_file, eval_path=str(tmp_path / "nope.txt"))
