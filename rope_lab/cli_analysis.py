@@ -236,6 +236,49 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_loss_law(args: argparse.Namespace) -> int:
+    """Fit the loss law per group of the run directories' trials and print or write the table."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import polars as pl
+
+    from rope_lab.loss_law import loss_law_table
+    from rope_lab.plots import scaling_data
+
+    rows, where = scaling_data(list(args.run_dirs), "loss", length_ratio=args.length_ratio)
+    by = tuple(_split(args.by)) if args.by else ()
+    table = loss_law_table(rows, n=args.n, by=by, n_boot=args.n_boot)
+    if args.format != "table":
+        text = write_table(table, args.format, args.output)
+        if text is not None:
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        else:
+            print(f"wrote {table.height} fits to {args.output}")
+        return 0
+    shown = [*by, "law", "alpha", "alpha_ci_low", "alpha_ci_high", "E", "A"]
+    if "L(N, D)" in table.get_column("law").to_list():
+        shown += ["beta", "beta_ci_low", "beta_ci_high", "B"]
+    shown += ["n", "n_groups", "heldout_max_rel_error", "error"]
+    with pl.Config(
+        tbl_rows=-1,
+        tbl_cols=-1,
+        tbl_width_chars=200,
+        fmt_str_lengths=60,
+        tbl_hide_column_data_types=True,
+        tbl_hide_dataframe_shape=True,
+    ):
+        text = (
+            f"loss {where} vs {args.n}: L = E + A / N^alpha (+ B / D^beta)\n{table.select(shown)}"
+        )
+    if args.output:
+        args.output.write_text(text + "\n")
+        print(f"wrote {table.height} fits to {args.output}")
+    else:
+        print(text)
+    return 0
+
+
 class _PlotHelp(argparse.HelpFormatter):
     """Fills ``{kinds}`` in `rope-lab plot`'s help with the registered plot kinds when the help
     is shown, so that building the parser does not import rope_lab.plots."""
@@ -293,6 +336,27 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "--limit", type=int, default=60, help="table format: rows shown (default 60, 0 = all)"
     )
     p.set_defaults(func=_guard(cmd_results))
+
+    p = subparsers.add_parser(
+        "loss-law",
+        help="fit the loss law L(N[, D]) = E + A/N^alpha (+ B/D^beta) to run directories",
+        description="One fit per group of --by of the trials' loss at --length-ratio x L_train "
+        "(the PE as trained) against their non-embedding parameters N (and training tokens D "
+        "when there are at least 3 token counts): Huber loss on log residuals, multi-start "
+        "L-BFGS (Hoffmann et al. 2022, approach 3), bootstrap CIs over seeds, and the relative "
+        "error of predicting the largest N from the others. `rope-lab plot loss-law` draws it.",
+    )
+    p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    p.add_argument("--by", metavar="COLS", default="model.position.kind",
+                   help="comma-separated columns, one fit per group (default: "
+                   "model.position.kind; '' for one fit)")  # fmt: skip
+    p.add_argument("--n", default="n_params_non_embedding", metavar="COL",
+                   help="size column (default n_params_non_embedding; or n_params)")  # fmt: skip
+    p.add_argument("--length-ratio", type=float, default=1.0, help="default 1 (L_train)")
+    p.add_argument("--n-boot", type=int, default=200, help="bootstrap refits (default 200)")
+    p.add_argument("--format", choices=FORMATS, default="table", help="table, csv, parquet, json")
+    p.add_argument("--output", type=Path, metavar="FILE", help="write to FILE, not stdout")
+    p.set_defaults(func=_guard(cmd_loss_law))
 
     p = subparsers.add_parser(
         "plot",

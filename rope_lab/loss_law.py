@@ -52,6 +52,7 @@ __all__ = [
     "fit_loss_law",
     "held_out_check",
     "huber",
+    "loss_law_table",
 ]
 
 _Array = np.ndarray[Any, np.dtype[np.float64]]
@@ -500,3 +501,71 @@ def held_out_check(
         predicted=predicted,
         rel_error=predicted / la[mask] - 1.0,
     )
+
+
+LAW_COLUMNS = ("E", "A", "alpha", "B", "beta")
+
+
+def loss_law_table(
+    frame: pl.DataFrame,
+    *,
+    n: str = "n_params_non_embedding",
+    d: str = "tokens_seen",
+    y: str = "loss",
+    by: tuple[str, ...] = (),
+    group_col: str | None = "train.seed",
+    n_boot: int = 200,
+    level: float = 0.95,
+    seed: int = 0,
+) -> pl.DataFrame:
+    """One loss-law fit per group of ``by`` over the rows of ``frame`` (one row per trial):
+    ``L(N, D)`` when column ``d`` takes at least 3 values in the group, else ``L(N)``.
+
+    Columns: ``by``..., ``law``, the estimates and ``<name>_ci_low/high`` of E, A, alpha, B,
+    beta (bootstrap over ``group_col`` when it varies, else over points), ``objective``,
+    ``n``, ``n_groups``, ``heldout_points`` and ``heldout_max_rel_error`` (the fit without the
+    largest N predicting it: `held_out_check`; null when too few N remain) and ``error`` (why
+    a group could not be fitted; the other values then null)."""
+    missing = [c for c in (n, d, y, *by) if c not in frame.columns]
+    if missing:
+        raise ValueError(f"loss-law fit: no column(s) {missing}; columns are {frame.columns}")
+    parts = frame.partition_by(list(by), as_dict=True, maintain_order=True) if by else {(): frame}
+    rows: list[dict[str, Any]] = []
+    for key, part in parts.items():
+        rec: dict[str, Any] = dict(zip(by, key, strict=True))
+        ns = part.get_column(n).cast(pl.Float64).to_numpy()
+        ds = part.get_column(d).cast(pl.Float64).to_numpy()
+        ys = part.get_column(y).cast(pl.Float64).to_numpy()
+        dd = ds if np.unique(ds[np.isfinite(ds)]).size >= _MIN_DISTINCT else None
+        groups = None
+        if group_col and group_col in part.columns and part.get_column(group_col).n_unique() > 1:
+            groups = part.get_column(group_col).to_numpy()
+        rec["law"] = "L(N, D)" if dd is not None else "L(N)"
+        try:
+            fit = fit_loss_law(ns, dd, ys, groups=groups, n_boot=n_boot, level=level, seed=seed)
+        except ValueError as e:
+            rows.append({**rec, "error": str(e)})
+            continue
+        rec.update(fit.as_dict())
+        rec.pop("two_variable"), rec.pop("delta")
+        try:
+            check = held_out_check(ns, dd, ys, groups=groups, seed=seed)
+            rec["heldout_points"] = int(check.held_out.sum())
+            rec["heldout_max_rel_error"] = check.max_abs_rel_error
+        except ValueError:
+            pass
+        rows.append({**rec, "error": None})
+    floats = [*LAW_COLUMNS, *(f"{c}_ci_{s}" for c in LAW_COLUMNS for s in ("low", "high"))]
+    floats += ["objective", "heldout_max_rel_error"]
+    schema: dict[str, Any] = {c: frame.schema[c] for c in by}
+    schema["law"] = pl.String()
+    schema.update({c: pl.Float64() for c in floats})
+    schema.update(
+        {
+            "n": pl.Int64(),
+            "n_groups": pl.Int64(),
+            "heldout_points": pl.Int64(),
+            "error": pl.String(),
+        }
+    )
+    return pl.DataFrame([{c: r.get(c) for c in schema} for r in rows], schema=schema, orient="row")

@@ -20,6 +20,8 @@ NAMES: Final[Mapping[str, str]] = {
     "error_rate": "error rate (1 − accuracy)",
     "model.width": "width (d_model)",
     "n_params": "parameters",
+    "n_params_non_embedding": "non-embedding parameters",
+    "tokens_seen": "training tokens",
     "train.length": "L_train",
     "task.name": "task",
     "model.position.kind": "position encoding",

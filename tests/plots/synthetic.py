@@ -54,7 +54,13 @@ def make_store(root: Path) -> Path:
         }
         write_trial_row(
             d,
-            {"status": "done", "sweep": "synthetic", "n_params": 25 * width * width},
+            {
+                "status": "done",
+                "sweep": "synthetic",
+                "n_params": 25 * width * width,
+                "n_params_non_embedding": 24 * width * width,
+                "tokens_seen": 200 * 8 * L_TRAIN,
+            },
             config,
         )
         append_rows(
