@@ -1,6 +1,6 @@
-"""``summary``: one page for a whole sweep, from the panels of the other plot kinds (accuracy
-and loss vs length, loss by position, longest length kept, loss vs width, training loss, and
-the NTK drift and cross-kernel panels when ntk rows exist)."""
+"""``summary``: one page for a whole sweep, from the panels of the other plot kinds (each task's
+metric vs length, loss by position, longest length kept, loss vs width, training loss, and the
+NTK drift and cross-kernel panels when ntk rows exist). Tasks are never pooled in one curve."""
 
 from __future__ import annotations
 
@@ -34,12 +34,14 @@ from rope_lab.registry import PLOTS
 def summary(source: q.Source, *, threshold: float = 0.9, out: str | Path | None = None) -> Figure:
     """One-page dashboard.
 
-    One page for a whole sweep: accuracy and loss vs length and loss by position (widest
-    model), how far each curve keeps its L_train quality in its task's metric
-    (`query.default_metric`: loss, at most L_train loss / ``threshold``, for language-model
-    tasks; accuracy, at least ``threshold`` x L_train accuracy, otherwise), loss vs width, the
-    training loss curves, the NTK drift and cross-kernel panels when ntk rows exist, and the
-    verdicts of the published claims (`rope-lab claims`) that the runs can decide.
+    One page for a whole sweep: accuracy and loss vs length of a single task, or each task's
+    metric vs length in its own panel (widest model), loss by position and loss vs width of one
+    task (a language-model task when there is one), how far each curve keeps its L_train
+    quality in its task's metric (`query.default_metric`: loss, at most L_train loss /
+    ``threshold``, for language-model tasks; accuracy, at least ``threshold`` x L_train
+    accuracy, otherwise), the training loss curves (of that task), the NTK drift and
+    cross-kernel panels when ntk rows exist, and the verdicts of the published claims
+    (`rope-lab claims`) that the runs can decide.
     """
     res = source if isinstance(source, q.Results) else q.results_of(source)
     evals = eval_frame(res)
@@ -65,20 +67,22 @@ def summary(source: q.Source, *, threshold: float = 0.9, out: str | Path | None 
     wtitle = f" (width {widths[-1]})" if widths else ""
     order, palette = hue_mapping(evals, "label")
 
-    ax = fig.add_subplot(gs[0, 0])
-    draw_extrapolation(
-        ax, widest, metric="accuracy", x="length", hue="label", order=order, palette=palette
-    )
-    ax.set(title=f"accuracy vs length{wtitle}", xlabel=name_of("length"), ylabel="accuracy")
-
-    ax = fig.add_subplot(gs[0, 1])
-    draw_extrapolation(
-        ax, widest, metric="loss", x="length", hue="label", order=order, palette=palette
-    )
-    ax.set(title=f"loss vs length{wtitle}", xlabel=name_of("length"), ylabel=name_of("loss"))
+    metrics = q.task_metrics(evals)
+    for ax, (task, metric) in zip(
+        _length_axes(fig, gs, len(metrics)), _length_panels(metrics), strict=True
+    ):
+        rows = _of_task(widest, task)
+        draw_extrapolation(
+            ax, rows, metric=metric, x="length", hue="label", order=order, palette=palette
+        )
+        where = "" if task is None else f" · {task}"
+        ax.set(
+            title=f"{metric} vs length{where}{wtitle}",
+            xlabel=name_of("length"),
+            ylabel=name_of(metric),
+        )
 
     ax = fig.add_subplot(gs[0, 2])
-    metrics = q.task_metrics(evals)
     parts = [
         q.extrapolation_summary(
             evals if task is None else evals.filter(pl.col("task.name") == task),
@@ -90,20 +94,25 @@ def summary(source: q.Source, *, threshold: float = 0.9, out: str | Path | None 
     summ = pl.concat(parts, how="diagonal_relaxed")
     _draw_longest(ax, summ, order, palette, threshold, sorted(set(metrics.values())))
 
+    # one task for the loss-by-position and loss-vs-width panels (a language-model task when
+    # there is one): losses of different tasks are not on one scale
+    focus = next((t for t, m in metrics.items() if m == "loss"), next(iter(metrics)))
+    focus_note = "" if len(metrics) == 1 or focus is None else f" · {focus}"
+    buckets = _of_task(buckets, focus)
     ax = fig.add_subplot(gs[1, 0])
     pos = bucket_frame(buckets, "loss", "longest")
     pos_w = finite_rows(pos.filter(pl.col("model.width") == widths[-1]) if widths else pos, "loss")
     if not pos_w.is_empty():
         draw_positions(ax, pos_w, metric="loss", hue="label", order=order, palette=palette)
     ax.set(
-        title=f"loss by position at the longest length{wtitle}",
+        title=f"loss by position at the longest length{focus_note}{wtitle}",
         xlabel="position (bucket centre, tokens)",
         ylabel=name_of("loss"),
     )
 
     ax = fig.add_subplot(gs[1, 1])
     if len(widths) >= 1 and "model.position.kind" in evals.columns:
-        rows, where = scaling_data(res, "loss")
+        rows, where = scaling_data(_of_task(evals, focus), "loss")
         rows = rows.rename({"loss": "_y"})
         k_order, k_pal = hue_mapping(rows, "model.position.kind")
         draw_scaling(
@@ -117,11 +126,15 @@ def summary(source: q.Source, *, threshold: float = 0.9, out: str | Path | None 
             n_boot=200,
         )
         ax.set(
-            title=f"loss {where} vs width", xlabel=name_of("model.width"), ylabel=name_of("loss")
+            title=f"loss {where} vs width{focus_note}",
+            xlabel=name_of("model.width"),
+            ylabel=name_of("loss"),
         )
 
     ax = fig.add_subplot(gs[1, 2])
     train = res.with_config("train").collect()
+    if "task.name" in train.columns:
+        train = _of_task(train, focus)
     if not train.is_empty():
         train = with_labels(train, as_trained="none")
         t_order, t_pal = hue_mapping(train, "label")
@@ -140,7 +153,7 @@ def summary(source: q.Source, *, threshold: float = 0.9, out: str | Path | None 
         )
         plain_log(ax, "y")
         ax.set(
-            title="training loss" + (" (dash = width)" if style else ""),
+            title="training loss" + focus_note + (" (dash = width)" if style else ""),
             xlabel="training step",
             ylabel=name_of("loss"),
         )
@@ -167,6 +180,27 @@ def summary(source: q.Source, *, threshold: float = 0.9, out: str | Path | None 
     )
     figure_legend(fig, order, palette, name_of("label"), dashed=dashed_labels(evals, "label"))
     return finish(fig, out)
+
+
+def _of_task(frame: pl.DataFrame, task: str | None) -> pl.DataFrame:
+    """The rows of one task (all rows for None: a frame without tasks)."""
+    return frame if task is None else frame.filter(pl.col("task.name") == task)
+
+
+def _length_panels(metrics: Mapping[str | None, str]) -> list[tuple[str | None, str]]:
+    """(task, metric) of the metric-vs-length panels: accuracy and loss of a single task, else
+    each task's own metric (tasks are never pooled: their losses are not on one scale)."""
+    if len(metrics) == 1:
+        (task,) = metrics
+        return [(task, "accuracy"), (task, "loss")]
+    return list(metrics.items())
+
+
+def _length_axes(fig: Figure, gs: GridSpec, n_tasks: int) -> list[Axes]:
+    """Axes of the metric-vs-length panels, side by side in the first two slots of row 0."""
+    count = 2 if n_tasks == 1 else n_tasks
+    inner = gs[0, 0:2].subgridspec(1, count)
+    return [fig.add_subplot(inner[0, i]) for i in range(count)]
 
 
 def _draw_longest(

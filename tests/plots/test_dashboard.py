@@ -55,3 +55,36 @@ def test_longest_length_panel_reads_each_task_by_its_metric(
     monkeypatch.setattr(q, "default_metric", lambda task: "loss")  # as for an LM task
     titles = [ax.get_title() for ax in data_axes(plots.summary(store))]
     assert "longest length keeping loss ≤ L_train loss / 0.9" in titles
+
+
+def test_tasks_are_never_pooled_in_one_curve(store: Path) -> None:
+    """With two tasks (here seed 1's trials relabelled as a byte LM), each task's metric vs
+    length gets its own panel, and every point of the LM's loss panel is one of the LM
+    trials' own losses, not a mean over both tasks."""
+    import numpy as np
+    import polars as pl
+
+    from rope_lab import plots
+    from rope_lab.query import results_of
+
+    res = results_of(store)
+    task = pl.when(pl.col("train.seed") == 1).then(pl.lit("lm_text")).otherwise(pl.col("task.name"))
+    relabelled = res.__class__(
+        trials=res.trials.with_columns(task.alias("task.name")),
+        train=res.train,
+        eval=res.eval,
+        ntk=res.ntk,
+        run_dirs=res.run_dirs,
+    )
+    axes = data_axes(plots.summary(relabelled))
+    titles = [ax.get_title() for ax in axes]
+    assert "loss vs length · lm_text (width 64)" in titles
+    assert "accuracy vs length · passkey (width 64)" in titles
+    lm = axes[titles.index("loss vs length · lm_text (width 64)")]
+    ev = relabelled.eval_with_config.filter(
+        pl.col("position_bucket").is_null() & (pl.col("model.width") == 64)
+    ).collect()
+    own = set(np.round(ev.filter(pl.col("task.name") == "lm_text")["loss"].to_numpy(), 9))
+    curves = [line for line in lm.get_lines() if len(set(line.get_xdata())) > 1]  # not L_train
+    drawn = {round(float(y), 9) for line in curves for y in line.get_ydata() if np.isfinite(y)}
+    assert drawn and drawn <= own
