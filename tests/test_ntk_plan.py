@@ -7,9 +7,9 @@ from collections import Counter
 import pytest
 
 import rope_lab.ntk_tracking as tracking
-from rope_lab.config import replace, to_dict
+from rope_lab.config import replace
 from rope_lab.ntk_plan import gradient_passes
-from rope_lab.sweep.stages import run_train_stage
+from rope_lab.pipeline import run_trial_stages
 from tests.helpers import tiny_trial
 
 
@@ -37,7 +37,8 @@ def test_listed_passes_are_the_tracked_ones(tmp_path, monkeypatch, pad):
         return real(model, tokens, masks=masks, chunk_size=chunk_size, **kw)
 
     monkeypatch.setattr(tracking, "gradient_features", counting)
-    assert run_train_stage(to_dict(cfg), str(tmp_path))["status"] == "done"
+    status, _ = run_trial_stages(cfg, tmp_path)  # training, then the scaling stages' passes
+    assert status == "done"
     listed: Counter = Counter()
     for g in gradient_passes(cfg):
         listed[(g.sequences, g.length, g.rows)] += g.count
