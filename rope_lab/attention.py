@@ -178,6 +178,27 @@ def _block_logits(
     return jnp.where(ok[None], s, MASKED)
 
 
+def attend_keys(
+    q: Float[Array, "H Lq Dh"],
+    k: Float[Array, "H Lk Dh"],
+    v: Float[Array, "H Lk Dh"],
+    q_positions: Int[Array, " Lq"],
+    k_positions: Int[Array, " Lk"],
+    visible: Bool[Array, "Lq Lk"],
+    encoding: PositionEncoding,
+    *,
+    scale: float,
+    row_scale: Float[Array, "H Lq"] | None = None,
+) -> Float[Array, "H Lq Dh"]:
+    """Exact softmax attention of queries against given keys (a decoding cache, keys in sequence
+    order) with an explicit visibility mask: the encoding's bias of the position values, its
+    contextual term, the row scale, then the mask, as the reference path computes them."""
+    bias = encoding.bias(q_positions, k_positions)
+    logits = _block_logits(q, k, scale, bias, visible, row_scale, encoding)
+    weights = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+    return jnp.einsum("hqk,hkd->hqd", weights, v)
+
+
 # ---------------------------------------------------------------------------------------------
 # reference
 

@@ -150,9 +150,14 @@ class Attention(eqx.Module):
         self.implementation = cfg.attention
 
     def row_scale(
-        self, positions: Int[Array, "*B L"], layer: LayerConfig, temperature: float
+        self,
+        positions: Int[Array, "*B L"],
+        layer: LayerConfig,
+        temperature: float,
+        index: Int[Array, " L"] | None = None,
     ) -> Float[Array, "*B H L"] | None:
-        """Each query's logit multiplier (broadcastable to (*B, H, L)), or None for 1."""
+        """Each query's logit multiplier (broadcastable to (*B, H, L)), or None for 1. `index`:
+        the queries' sequence indices (default 0..L-1; decoding passes the cached length)."""
         shape = (*positions.shape[:-1], self.heads, positions.shape[-1])
         factors = []
         if temperature != 1.0:
@@ -162,7 +167,8 @@ class Attention(eqx.Module):
             llama4 = 1.0 + layer.attn_scale * jnp.log1p(jnp.floor((p + 1.0) / layer.floor_scale))
             factors.append(jnp.broadcast_to(jnp.expand_dims(llama4, -2), shape))
         if self.ssmax is not None:
-            n = jnp.arange(1, positions.shape[-1] + 1, dtype=jnp.float32)
+            index = jnp.arange(positions.shape[-1]) if index is None else index
+            n = (index + 1).astype(jnp.float32)  # keys a query sees
             if layer.window is not None:
                 n = jnp.minimum(n, layer.window)
             factors.append(jnp.broadcast_to(self.ssmax[:, None] * jnp.log(n)[None, :], shape))
@@ -203,6 +209,17 @@ class Attention(eqx.Module):
             logits if rows is None else logits * jnp.broadcast_to(rows, logits.shape[:2])[..., None]
         )
 
+    def project(
+        self, x: Float[Array, "*B L D"], positions: Int[Array, "*B L"], encoding: PositionEncoding
+    ) -> tuple[Float[Array, "*B H L Dh"], Float[Array, "*B H L Dh"], Float[Array, "*B H L Dh"]]:
+        """Queries and keys rotated by the encoding, and values, heads-major (*B, H, L, Dh)."""
+        q, k, v = fused_linear(x, self.q, self.k, self.v)
+        rotate = lambda q, k, p: self._rotated(q, k, p, encoding)
+        for _ in range(x.ndim - 2):
+            rotate = jax.vmap(rotate)
+        q, k = rotate(q, k, positions)
+        return q, k, jnp.swapaxes(v.reshape(*v.shape[:-1], self.heads, -1), -3, -2)
+
     def __call__(
         self,
         x: Float[Array, "*B L D"],
@@ -217,12 +234,7 @@ class Attention(eqx.Module):
         The projections run on all sequences at once; rotation runs per sequence (vmapped),
         attention by `rope_lab.attention.attend` with the model's `attention` implementation.
         """
-        q, k, v = fused_linear(x, self.q, self.k, self.v)
-        rotate = lambda q, k, p: self._rotated(q, k, p, encoding)
-        for _ in range(x.ndim - 2):
-            rotate = jax.vmap(rotate)
-        q, k = rotate(q, k, positions)
-        v = jnp.swapaxes(v.reshape(*v.shape[:-1], self.heads, -1), -3, -2)
+        q, k, v = self.project(x, positions, encoding)
         out = attend(
             q,
             k,
