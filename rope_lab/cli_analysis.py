@@ -62,7 +62,7 @@ def load_table(run_dirs: list[Path], table: str, *, buckets: bool = False) -> An
 
     res = q.results_of(run_dirs)
     if table == "eval":
-        return q.eval_table(res, whole_sequence=not buckets)
+        return q.eval_table(res, whole_sequence=not buckets, mode="all")
     if table == "ntk":
         return q.ntk_table(res)
     if table == "train":

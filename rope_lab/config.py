@@ -41,6 +41,8 @@ PARAMETRIZATIONS = ("sp", "ntk", "mup")
 DTYPES = ("float32", "bfloat16")
 # How attention is computed (`rope_lab.attention`); all give the same numbers to rounding.
 ATTENTION_IMPLEMENTATIONS = ("auto", "blocked", "reference", "cudnn")
+# how a cached decoder treats length-dependent RoPE scalings (`rope_lab.decode`)
+DECODE_PROTOCOLS = ("prefill_fixed", "per_step_recompute", "per_step_stale", "per_step_full")
 
 
 @dataclass(frozen=True)
@@ -219,6 +221,15 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class DecodeConfig:
+    """Decode-time evaluation (`rope_lab.decode_eval`): the answer of each evaluated sequence
+    generated greedily with a key/value cache under each of `protocols` (`DECODE_PROTOCOLS`;
+    empty: off). The task's answer length sets how many tokens are generated."""
+
+    protocols: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class EvalConfig:
     """Length-extrapolation evaluation.
 
@@ -261,6 +272,7 @@ class EvalConfig:
     zero_shot_temperature: bool = False
     text_protocol: str = "random"
     text_stride: int | None = None
+    decode: DecodeConfig = DecodeConfig()
     seed: int = 1234
 
     def params_for(self, method: str) -> dict[str, Any]:

@@ -36,10 +36,11 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from rope_lab.attention import attend, attend_keys
+from rope_lab.config import DECODE_PROTOCOLS
 from rope_lab.model import Block, Transformer, with_scaling
 from rope_lab.positions import PositionEncoding
 
-PROTOCOLS: Final = ("prefill_fixed", "per_step_recompute", "per_step_stale", "per_step_full")
+PROTOCOLS: Final = DECODE_PROTOCOLS
 
 
 class LayerCache(eqx.Module):
@@ -274,7 +275,8 @@ def generate(
     protocol: str = "prefill_fixed",
     scaling: tuple[str, float, dict | None] | None = None,
 ) -> tuple[Int[Array, " N"], Float[Array, "N V"]]:
-    """Greedy decoding of `steps` tokens after `prompt` (P + steps <= capacity): the tokens
+    """Greedy decoding of `steps` tokens after `prompt` (P + steps - 1 <= capacity: the last
+    token is produced, never fed back): the tokens
     chosen (N,) and the logits they were chosen from (N, V), the first from the prompt's last
     row. `scaling` (method, factor, params) is applied under `protocol` (`PROTOCOLS`; for a
     method that does not depend on the length all of them give the same tokens); None: the
@@ -282,8 +284,10 @@ def generate(
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown decode protocol {protocol!r}; allowed: {', '.join(PROTOCOLS)}")
     p = prompt.shape[0]
-    if p + steps > capacity:
-        raise ValueError(f"prompt {p} + {steps} new tokens exceed the cache capacity {capacity}")
+    if p + steps - 1 > capacity:
+        raise ValueError(
+            f"prompt {p} + {steps} new tokens - 1 exceed the cache capacity {capacity}"
+        )
     if scaling is None:
         return _generate_fixed(model, prompt, steps, capacity)
     method, factor, params = scaling

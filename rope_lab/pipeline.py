@@ -45,7 +45,7 @@ import yaml
 from rope_lab.atomic import atomic_write_text
 from rope_lab.config import TrialConfig, from_dict, to_dict
 from rope_lab.results import TrialLease, append_rows, mark_success, trial_dir, write_trial_row
-from rope_lab.stage_plan import TRAIN, Stage, eval_stages, find_stage
+from rope_lab.stage_plan import DECODE, TRAIN, Stage, eval_stages, find_stage
 from rope_lab.timing import Phases
 
 STAGES_DIR = "stages"
@@ -146,6 +146,8 @@ def run_stage(config: dict[str, Any], run_dir: str | Path, name: str) -> dict:
     stage = find_stage(cfg, name)
     if stage.is_train:
         return _guarded(run_dir, cfg.trial_id, name, lambda: _train(cfg, Path(run_dir)))
+    if stage.kind == DECODE:
+        return _guarded(run_dir, cfg.trial_id, name, lambda: _decode(cfg, Path(run_dir), stage))
     return _guarded(run_dir, cfg.trial_id, name, lambda: _evaluate(cfg, Path(run_dir), stage))
 
 
@@ -266,6 +268,36 @@ def _evaluate(cfg: TrialConfig, run_dir: Path, stage: Stage) -> dict:
             ntk_rows = NTKTracker(cfg, task).under_scalings(model, step, [stage.scaling])
         with phases.phase("io"):
             append_rows(folder, "ntk", ntk_rows, segment=stage.name)
+    return {"status": "done", "phases": phases.as_dict()}
+
+
+def _decode(cfg: TrialConfig, run_dir: Path, stage: Stage) -> dict:
+    """Eval rows (`mode` "decode") of answers generated under every zero-shot scaling and each
+    of `eval.decode.protocols` into `eval/<stage>.parquet`."""
+    from rope_lab.checkpoint import load_model
+    from rope_lab.decode_eval import decode_rows
+    from rope_lab.model_factory import make_model
+    from rope_lab.stage_plan import decoded_scalings
+    from rope_lab.tasks import task_from_config
+
+    phases = Phases()
+    folder = trial_dir(run_dir, cfg.trial_id)
+    with phases.phase("io"):
+        model = load_model(folder / MODEL_FILE, make_model(cfg))
+    task = task_from_config(cfg.task)
+    rows: list[dict] = []
+    with phases.phase("decode"):
+        for scaling in decoded_scalings(cfg):
+            rows += decode_rows(
+                model,
+                task,
+                cfg,
+                step=cfg.train.steps,
+                scaling=scaling,
+                protocols=cfg.eval.decode.protocols,
+            )
+    with phases.phase("io"):
+        append_rows(folder, "eval", rows, segment=stage.name)
     return {"status": "done", "phases": phases.as_dict()}
 
 

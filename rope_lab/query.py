@@ -151,16 +151,28 @@ def check_columns(frame: pl.DataFrame | pl.LazyFrame, names: Iterable[str], what
         )
 
 
-def eval_table(source: Source, *, whole_sequence: bool = True) -> pl.DataFrame:
+EVAL_MODES: Final = ("teacher_forced", "decode", "all")
+
+
+def eval_table(
+    source: Source, *, whole_sequence: bool = True, mode: str = "teacher_forced"
+) -> pl.DataFrame:
     """Eval rows joined with their trial config, plus ``length_ratio`` and ``label``.
 
     ``length_ratio = length / train.length``; ``whole_sequence=False`` keeps the per-position-
     bucket rows too (``position_bucket`` = bucket start, null for the whole sequence).
+    ``mode``: the teacher-forced rows (``mode`` null; what every figure and claim reads), the
+    rows of answers generated with a cache (``"decode"``, with their ``protocol``), or ``"all"``.
     """
+    if mode not in EVAL_MODES:
+        raise QueryError(f"unknown eval mode {mode!r}; allowed: {', '.join(EVAL_MODES)}")
     res = results_of(source)
     lf = res.eval_with_config
     if whole_sequence:
         lf = lf.filter(pl.col("position_bucket").is_null())
+    if mode != "all":
+        decoded = pl.col("mode").fill_null("teacher_forced") == "decode"
+        lf = lf.filter(decoded if mode == "decode" else ~decoded)
     columns = lf.collect_schema().names()
     extra = [label_expr(columns)]
     if "train.length" in columns:

@@ -9,6 +9,8 @@ what decides its rows:
     <method>_x<f>-<hash>   one scaling of `scaling_plan.scalings_for`: its zero-shot rows, its
                            fine-tuned rows when `scaling_plan.fine_tuned`, and for a RoPE method
                            under NTK tracking the K_cross metrics under it
+    decode-<hash>          with `eval.decode.protocols`: answers generated with a key/value
+                           cache under every zero-shot scaling and protocol (`decode_eval`)
 
 The hash covers how sequences are read (`READING_FIELDS`), the scaling's parameters and, when
 it fine-tunes, the fine-tune's steps and learning rate. So a spec that adds scalings or
@@ -23,10 +25,11 @@ import json
 from dataclasses import dataclass
 
 from rope_lab.config import TrialConfig, to_dict
-from rope_lab.scaling_plan import Scaling, fine_tuned, scalings_for
+from rope_lab.scaling_plan import Scaling, fine_tuned, same_frequencies, scalings_for
 
 TRAIN = "train"  # the train stage's name
 EVAL_PREFIX = "eval"  # the as-trained evaluation stage's name before its hash
+DECODE = "decode"  # the decode stage's name before its hash
 
 # Eval fields that decide which sequences are read and how rows are cut. Others are execution
 # (`config.EXECUTION_FIELDS`), the summary's threshold, or which stages exist.
@@ -43,16 +46,18 @@ READING_FIELDS = (
 
 @dataclass(frozen=True)
 class Stage:
-    """One stage of a trial: its `name` (folder and segment name) and the scaling it evaluates
-    (None for the train stage; the as-trained entry of `scalings_for` for the eval stage)."""
+    """One stage of a trial: its `name` (folder and segment name), its `kind` (TRAIN, EVAL_PREFIX
+    for the stages reading the model teacher-forced, DECODE) and the scaling an evaluation
+    stage reads the model under (the as-trained entry of `scalings_for` for the first)."""
 
     name: str
     scaling: Scaling | None = None
+    kind: str = EVAL_PREFIX
 
     @property
     def is_train(self) -> bool:
         """Whether this is the train stage."""
-        return self.scaling is None
+        return self.kind == TRAIN
 
 
 def reading(cfg: TrialConfig) -> dict:
@@ -83,16 +88,33 @@ def scaling_stage_name(cfg: TrialConfig, scaling: Scaling) -> str:
     return f"{scaling.method}_x{scaling.factor:g}-{stage_key(cfg, scaling)}"
 
 
+def decoded_scalings(cfg: TrialConfig) -> list[Scaling]:
+    """The scalings the decode stage generates under: every zero-shot entry of `scalings_for`
+    (a `default` stage that exists only to fine-tune repeats the model as trained)."""
+    trained, *scalings = scalings_for(cfg)
+    return [trained, *(s for s in scalings if not same_frequencies(trained, s))]
+
+
 def eval_stages(cfg: TrialConfig) -> list[Stage]:
-    """The stages that read the trained model: as trained first, then one per scaling."""
+    """The stages that read the trained model: as trained first, then one per scaling, then
+    the decode stage when `eval.decode.protocols` are given."""
     trained, *scalings = scalings_for(cfg)
     first = Stage(f"{EVAL_PREFIX}-{stage_key(cfg, trained, as_trained=True)}", trained)
-    return [first, *(Stage(scaling_stage_name(cfg, s), s) for s in scalings)]
+    out = [first, *(Stage(scaling_stage_name(cfg, s), s) for s in scalings)]
+    protocols = cfg.eval.decode.protocols
+    if protocols:
+        data = {
+            "reading": reading(cfg),
+            "protocols": list(protocols),
+            "scalings": [[s.method, s.factor, s.params] for s in decoded_scalings(cfg)],
+        }
+        out.append(Stage(f"{DECODE}-{_hash(data)}", trained, kind=DECODE))
+    return out
 
 
 def trial_stages(cfg: TrialConfig) -> list[Stage]:
     """Every stage of a trial, in the order they run: train, then `eval_stages`."""
-    return [Stage(TRAIN), *eval_stages(cfg)]
+    return [Stage(TRAIN, kind=TRAIN), *eval_stages(cfg)]
 
 
 def find_stage(cfg: TrialConfig, name: str) -> Stage:
@@ -105,10 +127,12 @@ def find_stage(cfg: TrialConfig, name: str) -> Stage:
 
 
 __all__ = [
+    "DECODE",
     "EVAL_PREFIX",
     "READING_FIELDS",
     "TRAIN",
     "Stage",
+    "decoded_scalings",
     "eval_stages",
     "find_stage",
     "reading",

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import polars as pl
+
 from rope_lab.config import TrialConfig
 from rope_lab.pipeline import MODEL_FILE, TRAIN_STAGE, run_trial_stages
 from rope_lab.results import read_trial_table, trial_dir
@@ -66,7 +68,8 @@ def _run(cfg: TrialConfig, run_dir: Path, *, keep: bool) -> TrialOutcome:
     train = next(r for r in stages if r.get("stage") == TRAIN_STAGE)
     history = read_trial_table(folder, "train").drop("trial_id").sort("step").to_dicts()
     order = {(s.method, s.factor): i for i, s in enumerate(scalings_for(cfg))}
-    rows = read_trial_table(folder, "eval").drop("trial_id").to_dicts()
+    table = read_trial_table(folder, "eval").drop("trial_id")
+    rows = table.filter(pl.col("mode").is_null()).drop("mode", "protocol").to_dicts()
     rows.sort(key=lambda r: (r["finetune_steps"] > 0, order.get((r["method"], r["factor"]), 0)))
     model = None
     if status == "done":

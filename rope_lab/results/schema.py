@@ -39,6 +39,8 @@ EVAL_SCHEMA: Final = pl.Schema(
         "exact_match": pl.Float64(),
         "position_bucket": pl.Int64(),  # null: whole sequence; else bucket start position
         "sequences_per_forward": pl.Int64(),  # eval batch split to fit eval.memory_budget_mb
+        "mode": pl.String(),  # null: teacher forced; "decode": answers generated (decode_eval)
+        "protocol": pl.String(),  # decode rows: the cache protocol (decode.PROTOCOLS)
     }
 )
 

@@ -130,6 +130,8 @@ class TaskParams:
     order: ClassVar[int]  # rank in listings (registry order)
     is_text: ClassVar[bool] = False
     default_metric: ClassVar[str] = "accuracy"  # what tables and plots read without --metric
+    # every sequence's scored targets are one answer at its end (decode evaluation applies)
+    answer_at_end: ClassVar[bool] = False
     task_class: ClassVar[type[Task]]
 
     @classmethod

@@ -32,6 +32,7 @@ class CopyParams(TaskParams):
     segment_length: int | None = None
     display_name: ClassVar[str] = "copy"
     order: ClassVar[int] = 2
+    answer_at_end: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)

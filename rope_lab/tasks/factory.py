@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from rope_lab import registry
-from rope_lab.config import ConfigError, TaskConfig, TrialConfig, thaw
+from rope_lab.config import DECODE_PROTOCOLS, ConfigError, TaskConfig, TrialConfig, thaw
 from rope_lab.tasks.base import Task
 from rope_lab.tasks.text_lm import TEXT_PROTOCOLS
 
@@ -66,6 +66,26 @@ def check_trial(cfg: TrialConfig) -> None:
         except ValueError as err:
             raise ConfigError(f"{key_path}: length {length} does not fit the task: {err}") from None
     _check_text_protocol(cfg)
+    _check_decode(cfg)
+
+
+def _check_decode(cfg: TrialConfig) -> None:
+    """`eval.decode.protocols` are known, unique, and the task has an answer to generate."""
+    protocols = cfg.eval.decode.protocols
+    for i, p in enumerate(protocols):
+        if p not in DECODE_PROTOCOLS:
+            raise ConfigError(
+                f"eval.decode.protocols[{i}]: unknown protocol {p!r}; "
+                f"allowed: {', '.join(DECODE_PROTOCOLS)}"
+            )
+    if len(set(protocols)) != len(protocols):
+        raise ConfigError(f"eval.decode.protocols: listed twice in {list(protocols)}")
+    if protocols and not registry.TASKS[cfg.task.name].answer_at_end:
+        allowed = [n for n in registry.TASKS.names() if registry.TASKS[n].answer_at_end]
+        raise ConfigError(
+            f"eval.decode.protocols: task {cfg.task.name!r} has no single answer at the end of "
+            f"its sequences to generate; decode evaluation runs on {', '.join(allowed)}"
+        )
 
 
 def _check_text_protocol(cfg: TrialConfig) -> None:

@@ -32,6 +32,7 @@ class PasskeyParams(TaskParams):
     depth: float | None = None
     display_name: ClassVar[str] = "passkey"
     order: ClassVar[int] = 0
+    answer_at_end: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,127 @@
+"""Decode-time evaluation: prompts cut at the answer, answers generated greedily, scored."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rope_lab.config import ConfigError, replace, validate
+from rope_lab.decode_eval import DECODE, answer_length, decode_rows, decode_scores
+from rope_lab.model_factory import make_model
+from rope_lab.scaling_plan import Scaling
+from rope_lab.tasks import sample_batch, task_from_config
+from tests.helpers import tiny_trial
+from tests.test_decode import jittered
+
+
+def test_answer_length_is_the_common_scored_suffix():
+    mask = np.zeros((3, 8), bool)
+    mask[:, 5:] = True
+    assert answer_length(mask) == 3
+    mask[1, 4] = True  # one row's answer is longer
+    with pytest.raises(ValueError, match="one answer at its end"):
+        answer_length(mask)
+    gap = np.zeros((2, 8), bool)
+    gap[:, [5, 7]] = True
+    with pytest.raises(ValueError, match="one answer at its end"):
+        answer_length(gap)
+
+
+def _greedy_by_hand(model, prompt, steps):
+    seq = list(prompt)
+    for _ in range(steps):
+        seq.append(int(np.asarray(model(jnp.asarray(seq))[-1]).argmax()))
+    return np.asarray(seq[len(prompt) :])
+
+
+@pytest.mark.parametrize("task", ["passkey", "copy"])
+def test_scores_are_greedy_answers_compared_with_the_targets(task):
+    """Each sequence's prompt ends at the token that predicts the first answer token; the
+    answer generated from it equals greedy decoding by full forwards, and the scores count
+    its tokens against the targets."""
+    params = (("needle_length", 2),) if task == "passkey" else (("segment_length", 3),)
+    cfg = validate(tiny_trial("rope", width=16, head_dim=4, task=task, task_params=params))
+    model = jittered(make_model(cfg))
+    task_ = task_from_config(cfg.task)
+    batch = sample_batch(task_, 4, 16, split="eval", key=jax.random.PRNGKey(3))
+    tokens, targets, mask = (np.array(x) for x in (batch.tokens, batch.targets, batch.mask))
+    m = answer_length(mask)
+    # make some answers right: sequence 0's targets become the model's own greedy answer
+    own = _greedy_by_hand(model, tokens[0, : 16 - m + 1], m)
+    targets[0, 16 - m :] = own
+    exact, accuracy = decode_scores(
+        model, tokens, targets, mask, protocol="prefill_fixed", scaling=None
+    )
+    for i in range(4):
+        answer = _greedy_by_hand(model, tokens[i, : 16 - m + 1], m)
+        right = answer == targets[i, 16 - m :]
+        assert exact[i] == right.all() and accuracy[i] == pytest.approx(right.mean())
+    assert exact[0] and accuracy[0] == 1.0
+
+
+def test_decode_exact_match_equals_teacher_forced_exact_match():
+    """A whole answer is right under greedy decoding exactly when every answer token is the
+    argmax under teacher forcing (decoding feeds back the right tokens until the first error),
+    sequence by sequence."""
+    cfg = validate(tiny_trial("alibi", width=16, head_dim=4))
+    model = jittered(make_model(cfg), scale=0.05)
+    task = task_from_config(cfg.task)
+    batch = sample_batch(task, 16, 16, split="eval", key=jax.random.PRNGKey(5))
+    tokens, targets, mask = (np.array(x) for x in (batch.tokens, batch.targets, batch.mask))
+    m = answer_length(mask)
+    for i in range(0, 16, 3):  # some sequences whose answer is the model's own greedy one
+        answer = _greedy_by_hand(model, tokens[i, : 16 - m + 1], m)
+        targets[i, 16 - m :] = answer
+        tokens[i, 16 - m + 1 :] = answer[:-1]  # the answer is fed as input under teacher forcing
+    predicted = np.asarray(model(jnp.asarray(tokens))).argmax(-1)[:, 16 - m :]
+    exact, _ = decode_scores(model, tokens, targets, mask, protocol="prefill_fixed", scaling=None)
+    forced = (predicted == targets[:, 16 - m :]).all(axis=1)
+    np.testing.assert_array_equal(exact, forced)
+    assert forced.sum() >= 6
+
+
+def test_rows_carry_the_mode_and_protocol():
+    cfg = validate(
+        replace(
+            tiny_trial("rope", width=16, head_dim=4),
+            **{"eval.batches": 1, "eval.batch_size": 2, "eval.length_multipliers": (1.0, 2.0)},
+        )
+    )
+    model = make_model(cfg)
+    protocols = ("prefill_fixed", "per_step_stale")
+    task = task_from_config(cfg.task)
+    scaling = Scaling("dynamic", 2.0)
+    rows = decode_rows(model, task, cfg, step=5, scaling=scaling, protocols=protocols)
+    want = [(length, p) for length in (16, 32) for p in protocols]
+    assert [(r["length"], r["protocol"]) for r in rows] == want
+    assert {r["mode"] for r in rows} == {DECODE} and {r["method"] for r in rows} == {"dynamic"}
+    assert all(
+        0.0 <= r["exact_match"] <= r["accuracy"] + 1e-12 or r["exact_match"] == 0 for r in rows
+    )
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        (
+            {"eval.decode.protocols": ("per_step",)},
+            r"eval.decode.protocols\[0\]: unknown protocol 'per_step'; allowed: prefill_fixed",
+        ),
+        ({"eval.decode.protocols": ("per_step_stale", "per_step_stale")}, "listed twice"),
+    ],
+)
+def test_bad_decode_settings_name_the_key(changes, match):
+    with pytest.raises(ConfigError, match=match):
+        validate(replace(tiny_trial(), **changes))
+
+
+def test_decode_needs_an_answer_at_the_end():
+    cfg = replace(
+        tiny_trial(task="flipflop", task_params=()), **{"eval.decode.protocols": ("prefill_fixed",)}
+    )
+    with pytest.raises(
+        ConfigError, match=r"task 'flipflop' has no single answer.*runs on passkey, copy"
+    ):
+        validate(cfg)
