@@ -102,6 +102,13 @@ def _block(static: Block, r_params: Block, i: int) -> Block:
     return eqx.combine(jax.tree.map(lambda a: a[i], r_params), static)
 
 
+def _rest_of_block(block: Block, h: Array, heads: Float[Array, "H L Dh"]) -> Array:
+    """The block after attention: output projection of the heads' outputs, residual, MLP."""
+    out = jnp.swapaxes(heads, -3, -2)
+    h = h + block.attn.o(out.reshape(*out.shape[:-2], -1))
+    return h + block.mlp(block.mlp_norm(h))
+
+
 def prefill(
     model: Transformer,
     tokens: Int[Array, " P"],
@@ -135,9 +142,7 @@ def prefill(
             rows = a.row_scale(positions, kind, model.temperature)
             out = attend(q, k, v, positions, enc, scale=a.scale, implementation=a.implementation,
                          window=kind.window, row_scale=rows)  # fmt: skip
-            out = jnp.swapaxes(out, -3, -2)
-            h = h + a.o(out.reshape(*out.shape[:-2], -1))
-            h = h + block.mlp(block.mlp_norm(h))
+            h = _rest_of_block(block, h, out)
             kept.append((cached, v))
         return h, tuple(kept)
 
@@ -207,9 +212,7 @@ def decode_step(
             rows = None if rows is None else jnp.broadcast_to(rows, (a.heads, 1))
             out = attend_keys(q, kk, vv, position[None], ordered_pos, visible[None], enc,
                               scale=a.scale, row_scale=rows)  # fmt: skip
-            out = jnp.swapaxes(out, -3, -2)
-            h = h + a.o(out.reshape(*out.shape[:-2], -1))
-            h = h + block.mlp(block.mlp_norm(h))
+            h = _rest_of_block(block, h, out)
             new.append((ks, vs))
         return h, tuple(new)
 
