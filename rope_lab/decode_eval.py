@@ -18,11 +18,12 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from rope_lab.config import TrialConfig, freeze, thaw
+from rope_lab.config import ANY_PROTOCOL, TrialConfig, freeze, thaw
 from rope_lab.decode import generate
 from rope_lab.model import Transformer, log_length_temperature, with_temperature
+from rope_lab.registry import SCALINGS
 from rope_lab.scaling_plan import NO_SCALING, TEMPERATURE, Scaling
-from rope_lab.tasks import Task, sample_batch
+from rope_lab.tasks import Task
 
 DECODE: Final = "decode"  # the eval table's `mode` of decoded rows (teacher forcing: null)
 
@@ -83,20 +84,25 @@ def decode_rows(
     protocols: Sequence[str],
     lengths: Sequence[int] | None = None,
 ) -> list[dict]:
-    """Eval rows (`mode` "decode") of greedy decoding under `scaling` and each of `protocols`
-    at each length: `eval.batches` x `batch_size` sequences of the eval split (seeded by
-    `eval.seed` and the length)."""
+    """Eval rows (`mode` "decode") of greedy decoding under `scaling` at each length: the
+    sequences teacher forcing reads (`evaluate.evaluate_length`'s draws: `eval.batches` x
+    `batch_size` of the eval split), positions 0..L-1. Under each of `protocols` when the
+    scaling's frequencies depend on the length (`length_dependent`: dynamic NTK), else once,
+    as protocol `ANY_PROTOCOL`."""
     ev = cfg.eval
     key = jax.random.PRNGKey(ev.seed)
+    operands = task.operands("eval")
     rows: list[dict] = []
     for length in cfg.eval_lengths if lengths is None else lengths:
+        task.validate(length, "eval")
         batches = [
-            sample_batch(task, ev.batch_size, length, split="eval",
-                         key=jax.random.fold_in(jax.random.fold_in(key, length), b))
+            task.sample_from(operands, ev.batch_size, length, key=jax.random.split(
+                jax.random.fold_in(jax.random.fold_in(key, length), b))[0])
             for b in range(ev.batches)
         ]  # fmt: skip
         model_l, rope = _decoded(model, cfg, scaling, length)
-        for protocol in protocols:
+        varies = rope is not None and SCALINGS[rope[0]].length_dependent
+        for protocol in protocols if varies else (ANY_PROTOCOL,):
             exact, accuracy = [], []
             for batch in batches:
                 e, a = decode_scores(
@@ -104,7 +110,7 @@ def decode_rows(
                     np.asarray(batch.tokens),
                     np.asarray(batch.targets),
                     np.asarray(batch.mask),
-                    protocol=protocol,
+                    protocol="prefill_fixed" if protocol == ANY_PROTOCOL else protocol,
                     scaling=rope,
                 )
                 exact.append(e)

@@ -96,6 +96,8 @@ def test_rows_carry_the_mode_and_protocol():
     rows = decode_rows(model, task, cfg, step=5, scaling=scaling, protocols=protocols)
     want = [(length, p) for length in (16, 32) for p in protocols]
     assert [(r["length"], r["protocol"]) for r in rows] == want
+    yarn = decode_rows(model, task, cfg, step=5, scaling=Scaling("yarn", 2.0), protocols=protocols)
+    assert [r["protocol"] for r in yarn] == ["any", "any"]  # one answer under every protocol
     assert {r["mode"] for r in rows} == {DECODE} and {r["method"] for r in rows} == {"dynamic"}
     assert all(
         0.0 <= r["exact_match"] <= r["accuracy"] + 1e-12 or r["exact_match"] == 0 for r in rows
@@ -125,3 +127,33 @@ def test_decode_needs_an_answer_at_the_end():
         ConfigError, match=r"task 'flipflop' has no single answer.*runs on passkey, copy"
     ):
         validate(cfg)
+
+
+def test_decode_reads_the_sequences_teacher_forcing_reads():
+    """Under a scaling that does not depend on the length the rows are decoded once (protocol
+    `any`), from the same sequences as `evaluate_model`: the exact match of each length equals
+    the teacher-forced one, the whole answer being right under greedy decoding exactly when
+    it is under teacher forcing."""
+    from rope_lab.decode_eval import ANY_PROTOCOL
+    from rope_lab.evaluate import evaluate_model
+    from rope_lab.train import train
+
+    cfg = validate(
+        replace(
+            tiny_trial("alibi", width=32, head_dim=8, steps=150),
+            **{"eval.batches": 2, "eval.batch_size": 16, "eval.length_multipliers": (1.0, 2.0)},
+        )
+    )
+    model = train(cfg).model
+    task = task_from_config(cfg.task)
+    forced = evaluate_model(model, task, cfg, step=0)
+    decoded = decode_rows(model, task, cfg, step=0, scaling=Scaling("none", 1.0),
+                          protocols=("prefill_fixed", "per_step_stale"))  # fmt: skip
+    assert [(r["length"], r["protocol"]) for r in decoded] == [
+        (16, ANY_PROTOCOL),
+        (32, ANY_PROTOCOL),
+    ]
+    whole = {r["length"]: r["exact_match"] for r in forced if r["position_bucket"] is None}
+    for r in decoded:
+        assert r["exact_match"] == pytest.approx(whole[r["length"]], abs=1e-12)
+    assert max(whole.values()) > 0.1  # the model gets answers right: the equality has content

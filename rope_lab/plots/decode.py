@@ -9,6 +9,7 @@ import polars as pl
 from matplotlib.figure import Figure
 
 from rope_lab import query as q
+from rope_lab.config import ANY_PROTOCOL
 from rope_lab.plots.eval_curves import extrapolation
 from rope_lab.plots.frames import Source
 from rope_lab.query import QueryError
@@ -20,13 +21,22 @@ JOIN = ["trial_id", "method", "factor"]
 
 def decode_frame(source: Source) -> pl.DataFrame:
     """Decode rows, and the teacher-forced rows of the same (trial, method, factor) with
-    ``protocol`` "teacher forced"; QueryError when the runs have no decode rows."""
+    ``protocol`` "teacher forced"; rows decoded once for every protocol (`ANY_PROTOCOL`: the
+    scaling does not depend on the length) are shown under each protocol of the runs.
+    QueryError when the runs have no decode rows."""
     frame = source if isinstance(source, pl.DataFrame) else q.eval_table(source, mode="all")
     decoded = frame.filter(pl.col("mode") == "decode")
     if decoded.is_empty():
         raise QueryError("no decode rows: run a sweep with eval.decode.protocols (e.g. "
                          "sweeps/decode_passkey.yaml)")  # fmt: skip
     keys = decoded.select(JOIN).unique()
+    protocols = sorted(set(decoded.get_column("protocol").drop_nulls()) - {ANY_PROTOCOL})
+    shared = decoded.filter(pl.col("protocol") == ANY_PROTOCOL)
+    decoded = pl.concat(
+        [decoded.filter(pl.col("protocol") != ANY_PROTOCOL)]
+        + [shared.with_columns(pl.lit(p).alias("protocol")) for p in protocols or [ANY_PROTOCOL]],
+        how="diagonal_relaxed",
+    )
     forced = frame.filter(pl.col("mode").is_null() & (pl.col("finetune_steps") == 0))
     forced = forced.join(keys, on=JOIN, how="semi").with_columns(
         pl.lit(TEACHER_FORCED).alias("protocol")

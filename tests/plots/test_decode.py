@@ -30,9 +30,10 @@ def make_decode_store(root: Path) -> Path:
                 base = {"step": 10, "method": method, "factor": factor, "length": length}
                 em = 0.9 if length == 16 else 0.2
                 rows.append({**base, "finetune_steps": 0, "exact_match": em, "accuracy": em})
+                decoded = PROTOCOLS if method == "dynamic" else ("any",)
                 rows += [{**base, "finetune_steps": 0, "exact_match": em / (1 + i),
                           "accuracy": em, "mode": "decode", "protocol": p}
-                         for i, p in enumerate(PROTOCOLS)]  # fmt: skip
+                         for i, p in enumerate(decoded)]  # fmt: skip
                 if method == "dynamic":
                     rows.append({**base, "finetune_steps": 5, "exact_match": 1.0, "accuracy": 1.0})
         append_rows(folder, "eval", rows, segment="eval")
@@ -47,6 +48,9 @@ def test_panels_per_protocol_and_teacher_forcing_of_the_same_models(tmp_path):
     run = make_decode_store(tmp_path)
     frame = decode_frame(run)
     assert set(frame["protocol"]) == {TEACHER_FORCED, *PROTOCOLS}
+    # rows decoded once ("any") appear under each protocol: 3 scalings x 3 lengths per panel
+    for p in PROTOCOLS:
+        assert frame.filter(frame["protocol"] == p).height == 3 * 3
     forced = frame.filter(frame["protocol"] == TEACHER_FORCED)
     assert set(forced["finetune_steps"]) == {0} and forced.height == 3 * 3  # 3 scalings x 3
     out = tmp_path / "decode.png"
