@@ -12,8 +12,9 @@ compiles once (`generate` scans `decode_step`).
 Length-dependent RoPE scalings (dynamic NTK) make a cache protocol matter, since keys cached
 early were rotated with the frequencies of a shorter sequence (`PROTOCOLS`):
 
-- `prefill_fixed`: the scaling is chosen once, from prompt length plus generation budget, and
-  used for every token (what serving stacks that fix the scaling at prefill do);
+- `prefill_fixed`: the scaling is chosen once, from prompt length plus generation budget (the
+  longest prefix the model reads), and used for every token (what serving stacks that fix
+  the scaling at prefill do);
 - `per_step_recompute`: at each step the frequencies of the current length rotate the query
   and every cached key again (the cache holds keys before rotation; what re-rotating
   implementations do). Exact for one layer; in a deeper model the cached values and the later
@@ -295,7 +296,8 @@ def generate(
         return _generate_fixed(model, prompt, steps, capacity)
     method, factor, params = scaling
     if protocol == "prefill_fixed":
-        fixed = with_scaling(model, method, factor, params, seq_len=p + steps)
+        # the longest prefix read: the last token is produced, never fed back
+        fixed = with_scaling(model, method, factor, params, seq_len=p + steps - 1)
         return _generate_fixed(fixed, prompt, steps, capacity)
     # the step that reads token t (index p + t - 1) sees a prefix of p + t tokens
     stacked = encodings_by_length(model, method, factor, params, range(p + 1, p + steps))
