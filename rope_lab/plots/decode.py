@@ -57,10 +57,13 @@ def decode(
 
     ``metric`` (exact_match or accuracy of the answer tokens) vs evaluation length, one line
     per PE kind / RoPE scaling, one panel per cache protocol (`rope_lab.decode.PROTOCOLS`) and
-    one for the teacher-forced numbers of the same models. A whole answer is right under
+    one for the teacher-forced numbers of the same models; one row of panels per task. A whole
+    answer is right under
     greedy decoding exactly when it is under teacher forcing, so exact match agrees across
     panels for a scaling that does not depend on the length; dynamic scaling shows where the
     protocols part.
     """
-    return extrapolation(decode_frame(source), metric=metric, x=x, hue=hue, col="protocol",
-                         row=None, out=out)  # fmt: skip
+    frame = decode_frame(source)
+    tasks = frame.get_column("task.name").n_unique() if "task.name" in frame.columns else 1
+    row = "task.name" if tasks > 1 else None  # tasks are never pooled in one curve
+    return extrapolation(frame, metric=metric, x=x, hue=hue, col="protocol", row=row, out=out)
