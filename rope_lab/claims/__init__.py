@@ -44,7 +44,8 @@ def evidence(source: Any, **options: Any) -> Evidence:
     res = query.results_of(source)
     eval_rows = query.eval_table(res, whole_sequence=False)
     ntk_rows = query.ntk_table(res) if "metric" in res.ntk.collect_schema().names() else None
-    return Evidence.from_frames(eval_rows, ntk_rows, **options)
+    decode_rows = query.eval_table(res, mode="decode")
+    return Evidence.from_frames(eval_rows, ntk_rows, decode_rows, **options)
 
 
 def judge(source: Any, names: Sequence[str] | None = None, **options: Any) -> list[Verdict]:

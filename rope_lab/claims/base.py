@@ -100,6 +100,7 @@ class Evidence:
     eval: pl.DataFrame
     buckets: pl.DataFrame
     ntk: pl.DataFrame
+    decode: pl.DataFrame = dataclasses.field(default_factory=pl.DataFrame)  # mode "decode" rows
     min_seeds: int = 2
     n_boot: int = 2000
     seed: int = 0
@@ -107,17 +108,25 @@ class Evidence:
 
     @classmethod
     def from_frames(
-        cls, eval_rows: pl.DataFrame, ntk_rows: pl.DataFrame | None = None, **options: Any
+        cls,
+        eval_rows: pl.DataFrame,
+        ntk_rows: pl.DataFrame | None = None,
+        decode_rows: pl.DataFrame | None = None,
+        **options: Any,
     ) -> Evidence:
-        """Evidence from the tables of :func:`rope_lab.query.eval_table` (with buckets) and
-        :func:`rope_lab.query.ntk_table`; only finished trials (status ``done``) count."""
+        """Evidence from the tables of :func:`rope_lab.query.eval_table` (teacher-forced, with
+        buckets; and its decode rows) and :func:`rope_lab.query.ntk_table`; only finished
+        trials (status ``done``) count."""
         frame = _annotate(eval_rows, trained=trained_expr(eval_rows.columns))
         whole = frame.filter(pl.col("position_bucket").is_null())
         buckets = frame.filter(pl.col("position_bucket").is_not_null())
         ntk = pl.DataFrame()
         if ntk_rows is not None and not ntk_rows.is_empty():
             ntk = _annotate(ntk_rows, trained=pl.col("method").fill_null("none") == "none")
-        return cls(whole, buckets, ntk, **options)
+        decode = pl.DataFrame()
+        if decode_rows is not None and not decode_rows.is_empty():
+            decode = _annotate(decode_rows, trained=trained_expr(decode_rows.columns))
+        return cls(whole, buckets, ntk, decode, **options)
 
     def tasks(self) -> list[str]:
         """Task names present in the eval rows, sorted."""

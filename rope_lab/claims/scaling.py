@@ -276,3 +276,37 @@ def pi_finetune_beats_control(ev: Evidence, meta: Claim) -> list[Verdict]:
                 judge_gap(ev, meta, f"{task}: x{factor:g} @ {ratio:g}x", arms, "control", "linear")
             )
     return out
+
+
+@claim(
+    "stale_cache_hurts_dynamic",
+    statement="decoding under dynamic NTK with a stale cache (keys keep the rotation of the "
+    "shorter sequence they were cached in) answers worse past L_train than recomputing the "
+    "whole prefix at its length (effect = decode accuracy of per_step_full minus "
+    "per_step_stale, averaged over lengths > L_train)",
+    source="docs/science.md (RoPE extension: dynamic scaling under a KV cache); the Hugging "
+    "Face transformers discussion of dynamic NTK with cached keys",
+    order=170,
+)
+def stale_cache_hurts_dynamic(ev: Evidence, meta: Claim) -> list[Verdict]:
+    """Per task with decode rows: per-seed answer accuracy past L_train, full vs stale."""
+    if ev.decode.is_empty():
+        return [missing(meta, "all tasks", "needs decode rows (eval.decode.protocols)")]
+    out = []
+    for task in sorted(ev.decode.get_column("task").unique().drop_nulls().to_list()):
+        rows = ev.decode.filter(
+            (pl.col("task") == task)
+            & (pl.col("method") == "dynamic")
+            & (pl.col("length") > pl.col("train.length"))
+        )
+        arms = {
+            p: per_seed(rows.filter(pl.col("protocol") == p), "accuracy")
+            for p in ("per_step_full", "per_step_stale")
+        }
+        if not all(arms.values()):
+            out.append(
+                missing(meta, task, "needs dynamic decoded per_step_full and per_step_stale")
+            )
+            continue
+        out.append(judge_gap(ev, meta, task, arms, "per_step_full", "per_step_stale"))
+    return out

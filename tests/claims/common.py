@@ -72,3 +72,12 @@ def evidence(
 def by_scope(verdicts: list) -> dict[str, Any]:
     """Verdicts keyed by scope (one claim's)."""
     return {v.scope: v for v in verdicts}
+
+
+def decode_evidence(
+    rows: list[dict[str, Any]], decode: list[dict[str, Any]], **kw: Any
+) -> Evidence:
+    """Evidence with teacher-forced rows and decode rows (mode "decode", with a protocol)."""
+    frame = pl.DataFrame(rows, infer_schema_length=None)
+    decoded = pl.DataFrame(decode, infer_schema_length=None)
+    return Evidence.from_frames(frame, None, decoded, **{"n_boot": 400, **kw})

@@ -67,3 +67,33 @@ def test_finetune_recovery_and_the_control() -> None:
     without = rope_with({k: v for k, v in methods.items() if k[0] == "linear"})
     missing = judge(evidence(without), ["pi_finetune_beats_control"])[0]
     assert missing.verdict == "inconclusive" and "method default" in missing.reason
+
+
+def _decode_rows(seed: int, accuracy: dict[str, dict[float, float]]) -> list[dict]:
+    """Decode rows of a RoPE trial under dynamic x4: protocol -> ratio -> answer accuracy."""
+    rows = []
+    for protocol, curve in accuracy.items():
+        for r in trial_rows("rope", seed, dict.fromkeys(curve, 1.0), method="dynamic",
+                            factor=4.0, accuracy=curve, task="passkey"):  # fmt: skip
+            rows.append({**r, "mode": "decode", "protocol": protocol})
+    return rows
+
+
+def test_stale_cache_effect_is_full_minus_stale_past_l_train() -> None:
+    """Per seed, accuracy past L_train averaged over lengths; the effect is the mean over
+    seeds of per_step_full minus per_step_stale (rows at L_train do not count)."""
+    from tests.claims.common import decode_evidence
+
+    decode = []
+    for seed, gap in ((0, 0.2), (1, 0.3), (2, 0.25)):
+        decode += _decode_rows(seed, {
+            "per_step_full": {1: 0.9, 2: 0.8, 4: 0.6},
+            "per_step_stale": {1: 0.1, 2: 0.8 - gap, 4: 0.6 - gap},
+            "prefill_fixed": {1: 0.0, 2: 0.0, 4: 0.0},
+        })  # fmt: skip
+    ev = decode_evidence(trial_rows("rope", 0, DIRECT, task="passkey"), decode)
+    (v,) = judge(ev, ["stale_cache_hurts_dynamic"])
+    assert v.scope == "passkey" and v.verdict == "holds" and v.seeds == 3
+    assert v.effect == pytest.approx(0.25)
+    (none,) = judge(evidence(rope_with({})), ["stale_cache_hurts_dynamic"])
+    assert none.verdict == "inconclusive" and "eval.decode.protocols" in none.reason
