@@ -75,7 +75,7 @@ def summary(source: q.Source, *, threshold: float = 0.9, out: str | Path | None 
         draw_extrapolation(
             ax, rows, metric=metric, x="length", hue="label", order=order, palette=palette
         )
-        where = "" if task is None else f" · {task}"
+        where = "" if task is None or len(metrics) == 1 else f" · {task}"
         ax.set(
             title=f"{metric} vs length{where}{wtitle}",
             xlabel=name_of("length"),

@@ -17,6 +17,7 @@ from rope_lab.registry import PLOTS
 
 TEACHER_FORCED = "teacher forced"
 JOIN = ["trial_id", "method", "factor"]
+ROWS = ("task.name", "model.width", "train.length")  # facet rows, the first that varies
 
 
 def decode_frame(source: Source) -> pl.DataFrame:
@@ -57,13 +58,15 @@ def decode(
 
     ``metric`` (exact_match or accuracy of the answer tokens) vs evaluation length, one line
     per PE kind / RoPE scaling, one panel per cache protocol (`rope_lab.decode.PROTOCOLS`) and
-    one for the teacher-forced numbers of the same models; one row of panels per task. A whole
+    one for the teacher-forced numbers of the same models; one row of panels per task (else
+    per width or L_train when those vary). A whole
     answer is right under
     greedy decoding exactly when it is under teacher forcing, so exact match agrees across
     panels for a scaling that does not depend on the length; dynamic scaling shows where the
     protocols part.
     """
     frame = decode_frame(source)
-    tasks = frame.get_column("task.name").n_unique() if "task.name" in frame.columns else 1
-    row = "task.name" if tasks > 1 else None  # tasks are never pooled in one curve
+    # rows: the first of these that varies (tasks are never pooled in one curve)
+    varying = [c for c in ROWS if c in frame.columns and frame.get_column(c).n_unique() > 1]
+    row = varying[0] if varying else None
     return extrapolation(frame, metric=metric, x=x, hue=hue, col="protocol", row=row, out=out)

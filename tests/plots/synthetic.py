@@ -94,6 +94,16 @@ def make_store(root: Path) -> Path:
                          "perplexity": math.exp(bl), "position_bucket": start}
                     )  # fmt: skip
             append_rows(d, "eval", rows, segment=f"eval_{method}_x{factor:g}")
+        # answers decoded with a cache (scalings that do not depend on the length: once)
+        decoded = [
+            {"step": 200, "method": method, "factor": factor, "finetune_steps": 0,
+             "length": length, "mode": "decode", "protocol": "any",
+             "accuracy": 0.9 * _accuracy(kind, method, factor, length, width, seed),
+             "exact_match": _accuracy(kind, method, factor, length, width, seed) ** 2}
+            for method, factor in stages
+            for length in LENGTHS
+        ]  # fmt: skip
+        append_rows(d, "eval", decoded, segment="decode")
         ntk = []
         for step, probe, group in itertools.product(NTK_STEPS, PROBES, ("total", "mlp")):
             for method, factor in [("none", 1.0)] + ([("yarn", 4.0)] if kind == "rope" else []):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from rope_lab.query import QueryError
@@ -60,8 +61,19 @@ def test_panels_per_protocol_and_teacher_forcing_of_the_same_models(tmp_path):
     assert titles == {f"protocol {p}" for p in (TEACHER_FORCED, *PROTOCOLS)}
 
 
-def test_runs_without_decode_rows_say_how_to_get_them(store):
+def test_runs_without_decode_rows_say_how_to_get_them(tmp_path):
     from rope_lab import plots
+    from rope_lab.results import load
 
+    run = make_decode_store(tmp_path)
+    for folder in (run / "trials").iterdir():  # the same runs with their decode rows dropped
+        eval_file = folder / "eval" / "eval.parquet"
+        rows = (
+            load(run)
+            .eval.collect()
+            .filter((pl.col("trial_id") == folder.name) & pl.col("mode").is_null())
+        )
+        append_rows(folder, "eval", rows, segment="eval")
+        assert eval_file.exists()
     with pytest.raises(QueryError, match=r"eval\.decode\.protocols"):
-        plots.plot("decode", store)
+        plots.plot("decode", run)

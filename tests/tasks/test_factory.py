@@ -71,7 +71,11 @@ PARAMS = {  # name -> {parameter: (type, default)}
         "min_lag": (int, 32),
         "seed": (int, 0),
     },
-    "lm_text": {"path": (str, MISSING), "eval_fraction": (float, 0.1)},
+    "lm_text": {
+        "path": (str, MISSING),
+        "eval_fraction": (float, 0.1),
+        "eval_path": (str | None, None),
+    },
 }
 
 
@@ -82,6 +86,7 @@ def test_registry_entries_are_typed_parameters() -> None:
         assert entry.name == name and TASKS[name].name == name
         assert isinstance(entry.display_name, str) and entry.display_name
         assert entry.is_text is (name == "lm_text")
+        assert entry.answer_at_end is (name in ("passkey", "copy"))
         hints = typing.get_type_hints(entry)
         fields = {f.name: (hints[f.name], f.default) for f in dataclasses.fields(entry)}
         assert fields == PARAMS[name]
