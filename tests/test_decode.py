@@ -70,7 +70,12 @@ def assert_equals_teacher_forcing(model, tokens):
 TOKENS = jax.random.randint(jax.random.PRNGKey(1), (TOTAL,), 0, 24)
 
 
-@pytest.mark.parametrize("kind", POSITIONS.names())
+CORE = ("rope", "alibi", "learned", "cope")  # one per hook (rotate, bias, embed, contextual)
+
+
+@pytest.mark.parametrize(
+    "kind", [k if k in CORE else pytest.param(k, marks=pytest.mark.slow) for k in POSITIONS.names()]
+)
 def test_every_encoding_decodes_as_it_forwards(kind):
     cfg = trial(kind)
     assert_equals_teacher_forcing(jittered(make_model(cfg)), TOKENS)
