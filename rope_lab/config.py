@@ -227,9 +227,11 @@ class TrainConfig:
 class DecodeConfig:
     """Decode-time evaluation (`rope_lab.decode_eval`): the answer of each evaluated sequence
     generated greedily with a key/value cache under each of `protocols` (`DECODE_PROTOCOLS`;
-    empty: off). The task's answer length sets how many tokens are generated."""
+    empty: off). The task's answer length sets how many tokens are generated, at most
+    `max_new_tokens` (None: the whole answer); only the generated tokens are scored."""
 
     protocols: tuple[str, ...] = ()
+    max_new_tokens: int | None = None
 
 
 @dataclass(frozen=True)

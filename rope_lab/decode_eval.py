@@ -52,14 +52,19 @@ def decode_scores(
     *,
     protocol: str,
     scaling: tuple[str, float, dict | None] | None,
+    max_new_tokens: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Greedy answers to a batch (B, L): per sequence, whether the whole answer is right (B,)
     and the fraction of its tokens that are (B,). The prompt is tokens[: L - m + 1] (its last
-    token predicts the first answer token); m = `answer_length(mask)`."""
+    token predicts the first answer token); m = `answer_length(mask)`. With `max_new_tokens`
+    only the first min(m, max_new_tokens) answer tokens are generated and scored."""
     length = tokens.shape[1]
     m = answer_length(mask)
     prompt = np.asarray(tokens[:, : length - m + 1])
     answer = np.asarray(targets[:, length - m :])
+    if max_new_tokens is not None:
+        m = min(m, max_new_tokens)
+        answer = answer[:, :m]
     frozen = None if scaling is None else (scaling[0], scaling[1], freeze(scaling[2] or {}))
     produced = np.asarray(_answers(model, prompt, m, length, protocol, frozen))
     right = produced == answer
@@ -112,6 +117,7 @@ def decode_rows(
                     np.asarray(batch.mask),
                     protocol="prefill_fixed" if protocol == ANY_PROTOCOL else protocol,
                     scaling=rope,
+                    max_new_tokens=ev.decode.max_new_tokens,
                 )
                 exact.append(e)
                 accuracy.append(a)

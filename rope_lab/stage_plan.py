@@ -106,6 +106,7 @@ def eval_stages(cfg: TrialConfig) -> list[Stage]:
         data = {
             "reading": reading(cfg),
             "protocols": list(protocols),
+            "max_new_tokens": cfg.eval.decode.max_new_tokens,
             "scalings": [[s.method, s.factor, s.params] for s in decoded_scalings(cfg)],
         }
         out.append(Stage(f"{DECODE}-{_hash(data)}", trained, kind=DECODE))

@@ -157,3 +157,26 @@ def test_decode_reads_the_sequences_teacher_forcing_reads():
     for r in decoded:
         assert r["exact_match"] == pytest.approx(whole[r["length"]], abs=1e-12)
     assert max(whole.values()) > 0.1  # the model gets answers right: the equality has content
+
+
+def test_max_new_tokens_scores_only_the_tokens_generated():
+    """With a cap of one token the decoded answer is the teacher-forced argmax at the first
+    answer position: exact match and accuracy both equal its correctness, per sequence; a cap
+    of 0 is rejected naming the key."""
+    cfg = validate(tiny_trial("rope", width=16, head_dim=4, task_params=(("needle_length", 3),)))
+    model = jittered(make_model(cfg), scale=0.05)
+    task = task_from_config(cfg.task)
+    batch = sample_batch(task, 8, 16, split="eval", key=jax.random.PRNGKey(2))
+    tokens, targets, mask = (np.array(x) for x in (batch.tokens, batch.targets, batch.mask))
+    m = answer_length(mask)
+    first = np.asarray(model(jnp.asarray(tokens))).argmax(-1)[:, 16 - m]
+    targets[::2, 16 - m] = first[::2]  # half the sequences start their answer right
+    exact, accuracy = decode_scores(
+        model, tokens, targets, mask, protocol="prefill_fixed", scaling=None, max_new_tokens=1
+    )
+    right = first == targets[:, 16 - m]
+    np.testing.assert_array_equal(exact, right)
+    np.testing.assert_array_equal(accuracy, right.astype(float))
+    assert right[::2].all()
+    with pytest.raises(ConfigError, match=r"eval.decode.max_new_tokens: must be >= 1"):
+        validate(replace(tiny_trial(), **{"eval.decode.max_new_tokens": 0}))

@@ -78,6 +78,9 @@ def _check_decode(cfg: TrialConfig) -> None:
                 f"eval.decode.protocols[{i}]: unknown protocol {p!r}; "
                 f"allowed: {', '.join(DECODE_PROTOCOLS)}"
             )
+    cap = cfg.eval.decode.max_new_tokens
+    if cap is not None and cap < 1:
+        raise ConfigError(f"eval.decode.max_new_tokens: must be >= 1 (or null), got {cap!r}")
     if len(set(protocols)) != len(protocols):
         raise ConfigError(f"eval.decode.protocols: listed twice in {list(protocols)}")
     if protocols and not registry.TASKS[cfg.task.name].answer_at_end:
