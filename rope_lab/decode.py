@@ -33,7 +33,6 @@ from typing import Final
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, Float, Int
 
 from rope_lab.attention import attend, attend_keys
@@ -365,11 +364,6 @@ def _scan(model, cache, first_logits, stacked, steps: int, *, rotate_cache: bool
     )
 
 
-def teacher_forced_logits(model: Transformer, tokens: Int[Array, " L"]) -> np.ndarray:
-    """The last-row logits (V,) of a full forward over `tokens` (the decoding reference)."""
-    return np.asarray(model(tokens)[-1])
-
-
 __all__ = [
     "PROTOCOLS",
     "KVCache",
@@ -380,5 +374,4 @@ __all__ = [
     "init_cache",
     "prefill",
     "slots",
-    "teacher_forced_logits",
 ]

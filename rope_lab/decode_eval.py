@@ -22,7 +22,7 @@ from rope_lab.config import ANY_PROTOCOL, TrialConfig, freeze, thaw
 from rope_lab.decode import generate
 from rope_lab.model import Transformer, log_length_temperature, with_temperature
 from rope_lab.registry import SCALINGS
-from rope_lab.scaling_plan import NO_SCALING, TEMPERATURE, Scaling
+from rope_lab.scaling_plan import NO_SCALING, TEMPERATURE, Scaling, scalings_for
 from rope_lab.tasks import Task
 
 DECODE: Final = "decode"  # the eval table's `mode` of decoded rows (teacher forcing: null)
@@ -145,8 +145,6 @@ def _decoded(
     if scaling.method == NO_SCALING:
         return model, None
     if scaling.method == TEMPERATURE:
-        from rope_lab.scaling_plan import scalings_for
-
         trained = scalings_for(cfg)[0]
         base, rope = _decoded(model, cfg, trained, length)
         return with_temperature(base, log_length_temperature(length, cfg.train.length)), rope

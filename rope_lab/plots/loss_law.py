@@ -62,6 +62,8 @@ def loss_law(
     and the held-out error of the largest N in the legend.
     """
     rows, where = scaling_data(source, "loss", length_ratio=length_ratio)
+    if col is None and "task.name" in rows.columns and rows.get_column("task.name").n_unique() > 1:
+        col = "task.name"  # losses of different tasks are never fitted together
     q.check_columns(rows, [x, "tokens_seen", *(c for c in (hue, col) if c)], "the plot")
     rows = finite_rows(rows.filter(pl.col(x).is_not_null()), "loss")
     if rows.is_empty():
