@@ -31,8 +31,8 @@ from typing import Any
 
 import polars as pl
 
-from rope_lab import query as q
-from rope_lab.fits import fits_table
+from rope_lab.analysis import query as q
+from rope_lab.analysis.fits import fits_table
 
 
 def to_markdown(frame: pl.DataFrame, *, float_fmt: str = ".3g") -> str:
@@ -67,7 +67,7 @@ def _pivot(frame: pl.DataFrame, on: str, index: list[str], values: str) -> pl.Da
 
 def _label_order(frame: pl.DataFrame, *, by_width: bool = True) -> pl.DataFrame:
     """Rows by width, then PE kinds before RoPE scalings (as in the figures' legends)."""
-    from rope_lab.plots import label_key
+    from rope_lab.analysis.plots import label_key
 
     keys = {v: i for i, v in enumerate(sorted(set(frame["label"]), key=label_key))}
     by = ["model.width", "_o"] if by_width and "model.width" in frame.columns else ["_o"]
@@ -169,7 +169,7 @@ def tables(res: q.Results, threshold: float) -> tuple[list[str], pl.DataFrame]:
 
 def claims_lines(res: q.Results) -> list[str]:
     """The verdict table of every registered claim (`rope-lab claims`), as markdown."""
-    from rope_lab.claims import format_verdicts, judge
+    from rope_lab.analysis.claims import format_verdicts, judge
 
     return [
         "## Claims",
@@ -195,7 +195,7 @@ FIGURES: tuple[tuple[str, str, dict[str, str]], ...] = (
 
 def figures(res: q.Results, out: Path, formats: Sequence[str]) -> list[str]:
     """Write every figure that the data allows; markdown lines linking them."""
-    from rope_lab import plots
+    from rope_lab.analysis import plots
 
     has_ntk = not q.ntk_table(res).is_empty()
     lines = ["## Figures", ""]

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import polars as pl
 
-from rope_lab import query as q
-from rope_lab.claims import Evidence, evidence, format_verdicts, judge
-from rope_lab.fits import drift_slope
+from rope_lab.analysis import query as q
+from rope_lab.analysis.claims import Evidence, evidence, format_verdicts, judge
+from rope_lab.analysis.fits import drift_slope
 
 FIGURES = "reproduction"
 
@@ -128,7 +128,7 @@ def write(run_dirs: list[Path], out: Path, discussion: Path | None) -> Path:
     """Write ``out/reproduction.md`` and its figures; returns the markdown path."""
     command = " ".join(map(str, run_dirs)) + f" --out {out}"
     command += f" --discussion {discussion}" if discussion is not None else ""
-    from rope_lab.plots import plot_function
+    from rope_lab.analysis.plots import plot_function
 
     res = q.results_of(run_dirs)
     figdir = out / FIGURES
@@ -146,7 +146,8 @@ def write(run_dirs: list[Path], out: Path, discussion: Path | None) -> Path:
         *setup_lines(res),
         "## Verdicts",
         "",
-        "Each claim is judged by `rope-lab claims` (`rope_lab/claims/`): the effect is computed "
+        "Each claim is judged by `rope-lab claims` (`rope_lab/analysis/claims/`): the effect is "
+        "computed "
         "on the seed means, its 95% interval by resampling seeds, and the claim holds when the "
         "interval lies wholly beyond the threshold.",
         "",

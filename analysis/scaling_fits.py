@@ -11,7 +11,7 @@ One point per trial: eval metrics (loss, perplexity, accuracy, exact_match, erro
 ``--length-ratio`` x L_train for the PE as trained; any other name is an NTK metric at the end
 of training (train kernel, whole model). Prints the fits table (a, b, c, 95% bootstrap
 intervals over seeds, or over points with a single seed, R² of log y, n) and writes it as CSV
-with ``--out``; ``--figure`` draws the data with the fits (rope_lab.plots.scaling).
+with ``--out``; ``--figure`` draws the data with the fits (rope_lab.analysis.plots.scaling).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import polars as pl
 
-from rope_lab import query as q
-from rope_lab.fits import fits_table
+from rope_lab.analysis import query as q
+from rope_lab.analysis.fits import fits_table
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -41,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     by = [c.strip() for c in args.by.split(",") if c.strip()]
     try:
-        from rope_lab import plots
+        from rope_lab.analysis import plots
 
         res = q.results_of(args.run_dirs)
         rows, where = plots.scaling_data(res, args.metric, length_ratio=args.length_ratio)

@@ -1,4 +1,5 @@
-"""Train-step speed with the tuned glibc allocator (`rope_lab.allocator`) against glibc's defaults.
+"""Train-step speed with the tuned glibc allocator (`rope_lab.runtime.allocator`) against glibc's
+defaults.
 
 glibc reads its tunables at process start, so the two settings run in two worker processes that
 hold the same model, batch and jitted `make_train_step` (the workload of `benchmarks/train_step.py`:
@@ -21,7 +22,7 @@ import time
 
 from benchmarks.common import markdown_table, median, record
 from benchmarks.train_step import Shape
-from rope_lab import allocator
+from rope_lab.runtime import allocator
 
 
 def worker(width: int) -> None:

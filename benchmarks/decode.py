@@ -1,7 +1,7 @@
 """Inference cost: one cached decoding step against a forward over the whole prefix, by context.
 
 At each context length C (tokens already in the sequence), two ways to get the next token's
-logits: `decode_step` on a cache of capacity C + 1 (`rope_lab.decode`), and the teacher-forced
+logits: `decode_step` on a cache of capacity C + 1 (`rope_lab.model.decode`), and the teacher-forced
 forward over all C + 1 tokens that a model without a cache must run. Reported: median seconds
 of each (interleaved, same process, compiled first), their ratio, and the cache's bytes
 (`KVCache.nbytes`: keys, values and slot bookkeeping) against the model's parameter bytes. A
@@ -27,8 +27,8 @@ def run(lengths: list[int], kind: str, window: int, repeats: int) -> list[list[o
 
     from benchmarks.common import median
     from rope_lab.config import LayerConfig, ModelConfig, PositionConfig
-    from rope_lab.decode import prefill
-    from rope_lab.model import Transformer, count_params
+    from rope_lab.model.decode import prefill
+    from rope_lab.model.transformer import Transformer, count_params
 
     layers = (LayerConfig(window=window), LayerConfig()) if window else ()
     cfg = ModelConfig(
@@ -58,7 +58,7 @@ def _times(model, cache, tokens, repeats: int) -> dict[str, list[float]]:
     import jax
 
     from benchmarks.common import interleaved, time_call
-    from rope_lab.decode import decode_step
+    from rope_lab.model.decode import decode_step
 
     step = eqx.filter_jit(decode_step)
     forward = eqx.filter_jit(lambda m, t: m(t)[-1])

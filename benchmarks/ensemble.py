@@ -1,5 +1,5 @@
-"""Seed ensembles: k seeds as one vmapped program (`rope_lab.ensemble`) against k sequential
-single-seed trials (`rope_lab.train`'s step), same config, same machine, same run.
+"""Seed ensembles: k seeds as one vmapped program (`rope_lab.trial.ensemble`) against k sequential
+single-seed trials (`rope_lab.trial.train`'s step), same config, same machine, same run.
 
 Model: a smoke-like RoPE trial (width 64, depth 2, head_dim 16, passkey with vocabulary 32 and
 needle 4, L_train 64, batch 16), float32, on the default device.
@@ -41,11 +41,11 @@ from rope_lab.config import (
     TrialConfig,
     replace,
 )
-from rope_lab.ensemble import EnsembleInputs, init_ensemble, make_ensemble_step, seed_keys
-from rope_lab.model import trainable
-from rope_lab.model_factory import make_model
+from rope_lab.model.factory import make_model
+from rope_lab.model.transformer import trainable
 from rope_lab.tasks import task_from_config
-from rope_lab.train import TraceGuard, make_optimizer, make_train_step
+from rope_lab.trial.ensemble import EnsembleInputs, init_ensemble, make_ensemble_step, seed_keys
+from rope_lab.trial.train import TraceGuard, make_optimizer, make_train_step
 
 END_TO_END_STEPS = 200  # smoke-sweep trial length, for the derived end-to-end column
 

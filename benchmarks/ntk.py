@@ -1,13 +1,15 @@
-"""Empirical-NTK cost: `rope_lab.ntk` against a plain `jax.jacrev` + einsum reference.
+"""Empirical-NTK cost: `rope_lab.ntk.kernels` against a plain `jax.jacrev` + einsum reference.
 
     .venv/bin/python -m benchmarks.ntk [--quick] [--outputs u trace] [--no-record]
 
 Model: rope_lab's Transformer (RoPE, depth 2, head_dim 32, GELU MLP x4, LayerNorm, vocab 32,
-float32), built with `rope_lab.model.Transformer`. The rope_lab side is nothing but calls of the
+float32), built with `rope_lab.model.transformer.Transformer`. The rope_lab side is nothing but
+calls of the
 public `sequence_kernel` / `position_kernel` (unchunked in the grid, so both sides hold all
 gradient features at once; `chunk_size` 8 as in training-time tracking for the tracking step).
 
-Reference (written here, independent of `rope_lab.ntk`): the trainable parameters are flattened
+Reference (written here, independent of `rope_lab.ntk.kernels`): the trainable parameters are
+flattened
 with `ravel_pytree`; per sequence, `jax.jacrev` of the outputs F w.r.t. the flat vector gives
 the full Jacobian, vmapped over the sequences (single-example jacrev, then vmap: the batched
 "jacrev of the whole batch" costs N^2 backward passes and is the pattern XLA CPU miscompiles on
@@ -143,7 +145,7 @@ def bench_inputs(case: Case):
     import numpy as np
 
     from rope_lab.config import ModelConfig, PositionConfig
-    from rope_lab.model import Transformer, count_params
+    from rope_lab.model.transformer import Transformer, count_params
 
     jax.config.update("jax_default_matmul_precision", "highest")
     cfg = ModelConfig(width=case.width, depth=DEPTH, position=PositionConfig(kind="rope"))
@@ -168,8 +170,8 @@ def _worker(case: Case) -> None:
 
     from benchmarks.common import interleaved
     from rope_lab.config import NTKConfig
-    from rope_lab.model import trainable
-    from rope_lab.ntk import (
+    from rope_lab.model.transformer import trainable
+    from rope_lab.ntk.kernels import (
         feature_kernels,
         gradient_features,
         position_kernel,
@@ -342,7 +344,7 @@ def run_case(
     the resident set then keeps its peak: no memory measurement)."""
     env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}  # glibc's defaults
     if tuned:
-        from rope_lab.allocator import worker_env
+        from rope_lab.runtime.allocator import worker_env
 
         env.update(worker_env())
     else:

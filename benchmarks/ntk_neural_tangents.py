@@ -69,7 +69,7 @@ def export(folder: Path) -> None:
     import numpy as np
 
     from rope_lab.config import ModelConfig, PositionConfig
-    from rope_lab.model import Transformer, trainable
+    from rope_lab.model.transformer import Transformer, trainable
 
     folder.mkdir(parents=True, exist_ok=True)
     for width in WIDTHS:

@@ -16,7 +16,7 @@ difference in the table). JACOBIAN_CONTRACTION runs at every size; AUTO, NTK_VEC
 and STRUCTURED_DERIVATIVES (slower or far more memory in benchmarks/RESULTS.md) only where the
 Jacobian is small. Each case runs in a fresh worker (`benchmarks.ntk.run_case`): times are
 medians of interleaved repeats after a first (compiling) call. Workers run under the malloc
-settings `rope-lab` uses (`rope_lab/allocator.py`) unless `--allocator measure` asks for
+settings `rope-lab` uses (`rope_lab/runtime/allocator.py`) unless `--allocator measure` asks for
 glibc's defaults with a 64 KiB mmap threshold, as benchmarks/ntk.py uses to measure peak
 memory: there every buffer over 64 KiB is mapped and page-faulted afresh, which costs the
 candidate with more temporaries more time.
@@ -65,8 +65,8 @@ def _worker(case: Case) -> None:
 
     from benchmarks.common import interleaved
     from benchmarks.nt_compat import load_empirical
-    from rope_lab.model import trainable
-    from rope_lab.ntk import sequence_kernel
+    from rope_lab.model.transformer import trainable
+    from rope_lab.ntk.kernels import sequence_kernel
 
     empirical = load_empirical()
     model, u, tokens, _ = bench_inputs(case)
@@ -216,7 +216,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{case.label}: {outcomes[-1].seconds:.0f} s {cells}", flush=True)
     table = markdown_table(HEADER, [row(o, memory=not tuned) for o in outcomes])
     malloc = (
-        "Workers under rope-lab's malloc settings (rope_lab/allocator.py), where the resident "
+        "Workers under rope-lab's malloc settings (rope_lab/runtime/allocator.py), where the "
+        "resident "
         "set keeps its peak, so no peak RSS rise (run with --allocator measure for it)."
         if tuned
         else "Workers under glibc's default malloc, mmap threshold 64 KiB (peak RSS measurable)."

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import markdown_table, record
-from rope_lab.ntk_tracking import ntk_steps
+from rope_lab.ntk.tracking import ntk_steps
 
 SPEC = "sweeps/smoke.yaml"
 
@@ -39,7 +39,7 @@ def _trial(steps: int):
 
 def _worker(steps: int, out: str) -> None:
     from rope_lab.config import to_dict
-    from rope_lab.pipeline import run_train_stage
+    from rope_lab.trial.pipeline import run_train_stage
 
     result = run_train_stage(to_dict(_trial(steps)), Path(out))
     if "phases" not in result:
@@ -51,7 +51,7 @@ def measure(steps: int) -> dict[str, dict[str, float]]:
     """Phase timers of one train stage of `steps` steps, run in a fresh process."""
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "ROPE_LAB_COMPILE_CACHE": "0"}
-        from rope_lab.allocator import worker_env
+        from rope_lab.runtime.allocator import worker_env
 
         env.update(worker_env())  # what a sweep worker runs with
         cmd = [sys.executable, "-m", "benchmarks.ntk_tracking_cost", "--worker", str(steps), tmp]

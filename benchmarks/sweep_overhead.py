@@ -5,7 +5,7 @@ without a cache, and rerun once finished.
 
     .venv/bin/python -m benchmarks.sweep_overhead [--trials 8] [--no-nocache]
 
-Every number comes from the stages' own phase timers (`rope_lab.timing`) and the driver's
+Every number comes from the stages' own phase timers (`rope_lab.runtime.timing`) and the driver's
 submission times, all in the same runs.
 """
 

@@ -5,7 +5,7 @@ SwiGLU MLP of size 4 D, RMSNorm (eps 1e-5), RoPE (theta 1e4), untied embeddings,
 float32, a batch of 16 sequences of 256 tokens. One timed step is forward, backward, global-norm
 gradient clipping and the AdamW update, on a batch that already sits in memory:
 
-- rope_lab: `rope_lab.train.make_train_step` (the step `train()` runs: jitted, buffers
+- rope_lab: `rope_lab.trial.train.make_train_step` (the step `train()` runs: jitted, buffers
   donated, optimizer from `make_optimizer`), given a task whose "sampler" returns a fixed batch,
   so no data sampling is timed (torch does not sample either); timed to `block_until_ready`.
 - torch: `LlamaForCausalLM(...).logits`, cross-entropy against the same targets,
@@ -46,11 +46,11 @@ from benchmarks.common import (
     median,
     record,
 )
-from rope_lab.allocator import reexec_tuned
 from rope_lab.config import ModelConfig, PositionConfig, TrainConfig, TrialConfig
-from rope_lab.model import Transformer, count_params, trainable
+from rope_lab.model.transformer import Transformer, count_params, trainable
+from rope_lab.runtime.allocator import reexec_tuned
 from rope_lab.tasks import Batch, Operands, Task
-from rope_lab.train import TraceGuard, make_optimizer, make_train_step
+from rope_lab.trial.train import TraceGuard, make_optimizer, make_train_step
 
 DEPTH = 4
 HEAD_DIM = 32
@@ -413,7 +413,8 @@ def main(argv: list[str] | None = None) -> None:
         f"peak (`matmul_peak_flops`: {peak / 1e9:.1f} GFLOP/s at the start), re-timed per width "
         f"interleaved with the steps (column); torch's own matmul rate is shown beside it. Compile "
         f"s: first rope_lab step. Process allocator (both sides): "
-        f"`GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '')}` (see rope_lab/allocator.py)."
+        f"`GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '')}` (see "
+        f"rope_lab/runtime/allocator.py)."
     )
     if slower:
         notes += f" rope_lab slower than torch at width(s) {slower}."

@@ -10,7 +10,8 @@ The public surface, each name imported from its home module on first access (so 
     results = rope_lab.load("runs/one")                         # polars tables of run dirs
     spec = rope_lab.load_spec("sweeps/smoke.yaml"); rope_lab.run_sweep(spec, "runs")
 
-Everything else lives in the implementation modules (`rope_lab.train`, `rope_lab.ntk`, ...).
+Everything else lives in the implementation modules (`rope_lab.trial.train`,
+`rope_lab.ntk.kernels`, ...).
 """
 
 from __future__ import annotations
@@ -24,13 +25,13 @@ __version__ = "0.1.0"
 _HOMES = {
     "TrialConfig": "rope_lab.config",
     "load_trial": "rope_lab.config",
-    "make_model": "rope_lab.model_factory",
-    "TrialOutcome": "rope_lab.trial",
-    "run_trial": "rope_lab.trial",
-    "evaluate_model": "rope_lab.evaluate",
+    "make_model": "rope_lab.model.factory",
+    "TrialOutcome": "rope_lab.trial.run",
+    "run_trial": "rope_lab.trial.run",
+    "evaluate_model": "rope_lab.trial.evaluate",
     "load": "rope_lab.results",
-    "sequence_kernel": "rope_lab.ntk",
-    "position_kernel": "rope_lab.ntk",
+    "sequence_kernel": "rope_lab.ntk.kernels",
+    "position_kernel": "rope_lab.ntk.kernels",
     "load_spec": "rope_lab.sweep.spec",
     "run_sweep": "rope_lab.sweep.runner",
 }
@@ -51,13 +52,13 @@ __all__ = [
 
 if TYPE_CHECKING:
     from rope_lab.config import TrialConfig, load_trial
-    from rope_lab.evaluate import evaluate_model
-    from rope_lab.model_factory import make_model
-    from rope_lab.ntk import position_kernel, sequence_kernel
+    from rope_lab.model.factory import make_model
+    from rope_lab.ntk.kernels import position_kernel, sequence_kernel
     from rope_lab.results import load
     from rope_lab.sweep.runner import run_sweep
     from rope_lab.sweep.spec import load_spec
-    from rope_lab.trial import TrialOutcome, run_trial
+    from rope_lab.trial.evaluate import evaluate_model
+    from rope_lab.trial.run import TrialOutcome, run_trial
 
 
 def __getattr__(name: str) -> Any:

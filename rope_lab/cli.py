@@ -7,15 +7,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from rope_lab.allocator import reexec_tuned
+from rope_lab.runtime.allocator import reexec_tuned
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from rope_lab.config import load_trial
 
     cfg = load_trial(args.config)  # validated before any heavy import
-    from rope_lab.evaluate import format_table
-    from rope_lab.trial import TrialError, run_trial
+    from rope_lab.trial.evaluate import format_table
+    from rope_lab.trial.run import TrialError, run_trial
 
     print(
         f"trial {cfg.trial_id}: {cfg.model.position.kind} PE, width {cfg.model.width}, "
@@ -84,7 +84,7 @@ def _cmd_sweep_run(args: argparse.Namespace) -> int:
 
 def _write_plots(run_dir: Path) -> list[Path]:
     """The extrapolation curves and the summary page of a run, as PNG under RUN_DIR/plots/."""
-    from rope_lab.plots import plot
+    from rope_lab.analysis.plots import plot
 
     written = []
     for kind in ("extrapolation", "summary"):
@@ -198,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_train)
     _add_sweep(sub)
-    from rope_lab.claims.cli import add_command as add_claims
+    from rope_lab.analysis.claims.cli import add_command as add_claims
     from rope_lab.cli_analysis import add_commands
 
     add_commands(sub)

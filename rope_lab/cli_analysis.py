@@ -39,7 +39,7 @@ def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Name
     def run(args: argparse.Namespace) -> int:
         import polars as pl
 
-        from rope_lab.query import QueryError
+        from rope_lab.analysis.query import QueryError
 
         try:
             return func(args)
@@ -58,7 +58,7 @@ def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Name
 
 def load_table(run_dirs: list[Path], table: str, *, buckets: bool = False) -> Any:
     """The ``table`` of ``run_dirs`` joined with the trial config (a polars DataFrame)."""
-    from rope_lab import query as q
+    from rope_lab.analysis import query as q
 
     res = q.results_of(run_dirs)
     if table == "eval":
@@ -94,7 +94,7 @@ def write_table(frame: Any, fmt: str, output: Path | None) -> str | None:
     """Write ``frame`` as csv / parquet / json to ``output``; return the text when no output."""
     if fmt == "parquet":
         if output is None:
-            from rope_lab.query import QueryError
+            from rope_lab.analysis.query import QueryError
 
             raise QueryError("--format parquet needs --output FILE")
         frame.write_parquet(output)
@@ -126,7 +126,7 @@ def _readable(frame: Any, table: str, selected: bool) -> tuple[Any, int]:
     seed, ...) then the table's main columns; returns it and the number of columns left out."""
     import polars as pl
 
-    from rope_lab.query import MEASUREMENT_COLUMNS, RUN_COLUMNS, varying_columns
+    from rope_lab.analysis.query import MEASUREMENT_COLUMNS, RUN_COLUMNS, varying_columns
     from rope_lab.results import TABLE_SCHEMAS
 
     if selected:
@@ -154,7 +154,7 @@ def cmd_results(args: argparse.Namespace) -> int:
     """Print or write one results table of the run directories."""
     import polars as pl
 
-    from rope_lab.query import check_columns, filter_where
+    from rope_lab.analysis.query import check_columns, filter_where
 
     fmt = args.format
     if fmt is None:
@@ -210,8 +210,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     import matplotlib
 
     matplotlib.use("Agg")
-    from rope_lab import plots
-    from rope_lab.query import QueryError
+    from rope_lab.analysis import plots
+    from rope_lab.analysis.query import QueryError
 
     accepted = plots.plot_options(args.kind)
     options: dict[str, Any] = {}
@@ -243,8 +243,8 @@ def cmd_loss_law(args: argparse.Namespace) -> int:
     matplotlib.use("Agg")
     import polars as pl
 
-    from rope_lab.loss_law import loss_law_table
-    from rope_lab.plots import scaling_data
+    from rope_lab.analysis.loss_law import loss_law_table
+    from rope_lab.analysis.plots import scaling_data
 
     rows, where = scaling_data(list(args.run_dirs), "loss", length_ratio=args.length_ratio)
     by = tuple(_split(args.by)) if args.by else ()
@@ -281,7 +281,7 @@ def cmd_loss_law(args: argparse.Namespace) -> int:
 
 class _PlotHelp(argparse.HelpFormatter):
     """Fills ``{kinds}`` in `rope-lab plot`'s help with the registered plot kinds when the help
-    is shown, so that building the parser does not import rope_lab.plots."""
+    is shown, so that building the parser does not import rope_lab.analysis.plots."""
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         return super()._fill_text(text.replace("{kinds}", _kinds_described()), width, indent)
@@ -299,7 +299,7 @@ def _kinds() -> tuple[str, ...]:
 
 def _kinds_described() -> str:
     """``"extrapolation (metric vs evaluation length ...), positions (...)"``."""
-    from rope_lab.plots import kind_help
+    from rope_lab.analysis.plots import kind_help
 
     def lower_first(text: str) -> str:  # "Metric vs ..." -> "metric vs ...", "NTK ..." stays
         return text[:1].lower() + text[1:] if text[1:2].islower() else text

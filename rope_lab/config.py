@@ -39,9 +39,9 @@ NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu", "swiglu")
 PARAMETRIZATIONS = ("sp", "ntk", "mup")
 DTYPES = ("float32", "bfloat16")
-# How attention is computed (`rope_lab.attention`); all give the same numbers to rounding.
+# How attention is computed (`rope_lab.model.attention`); all give the same numbers to rounding.
 ATTENTION_IMPLEMENTATIONS = ("auto", "blocked", "reference", "cudnn")
-# how a cached decoder treats length-dependent RoPE scalings (`rope_lab.decode`)
+# how a cached decoder treats length-dependent RoPE scalings (`rope_lab.model.decode`)
 DECODE_PROTOCOLS = ("prefill_fixed", "per_step_recompute", "per_step_stale", "per_step_full")
 # the `protocol` of decode rows whose scaling does not depend on the length: every protocol
 # gives the same tokens (tested), so they are decoded once
@@ -113,7 +113,7 @@ class LayerConfig:
 class ModelConfig:
     """Decoder-only Transformer shape. Heads default to width // head_dim (fixed head_dim).
 
-    `attention` picks how attention is computed (`rope_lab.attention`: auto, blocked,
+    `attention` picks how attention is computed (`rope_lab.model.attention`: auto, blocked,
     reference, cudnn); it changes memory and speed, not results, so trial ids ignore it.
     `layers`: a pattern of layer kinds repeated through the depth (`LayerConfig`; e.g. three
     sliding-window RoPE layers then one full NoPE layer); empty: every layer is `LayerConfig()`.
@@ -225,7 +225,7 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    """Decode-time evaluation (`rope_lab.decode_eval`): the answer of each evaluated sequence
+    """Decode-time evaluation (`rope_lab.trial.decode_eval`): the answer of each evaluated sequence
     generated greedily with a key/value cache under each of `protocols` (`DECODE_PROTOCOLS`;
     empty: off). The task's answer length sets how many tokens are generated, at most
     `max_new_tokens` (None: the whole answer); only the generated tokens are scored."""
@@ -248,7 +248,7 @@ class EvalConfig:
     length and run them through one compiled forward program (exact for a causal model): one
     compilation instead of one per length, for more compute at the short lengths; pays off for
     tiny, compile-dominated trials (the smoke sweep).
-    `memory_budget_mb`: a batch whose forward would need more (`rope_lab.memory`) runs as
+    `memory_budget_mb`: a batch whose forward would need more (`rope_lab.model.memory`) runs as
     equal sub-batches that fit, with the same numbers; long lengths need no hand-picked
     batch size.
     `text_protocol` (language-model tasks on a text): `random` windows (`batches` x
@@ -360,7 +360,7 @@ class TrialConfig:
     @functools.cached_property
     def trial_id(self) -> str:
         """Readable slug plus `training_hash`: the id of the trained model, which evaluation
-        stages hang off (`rope_lab.stage_plan`). Computed once per config."""
+        stages hang off (`rope_lab.trial.stage_plan`). Computed once per config."""
         m = self.model
         layout = "".join(f"+{layer.slug(m)}" for layer in m.layers)
         layout += "-ssmax" if m.scalable_softmax else ""
@@ -433,7 +433,7 @@ def _digest(data: dict[str, Any], n: int) -> str:
 
 
 # The sections that decide the trained model (and its NTK trajectory); `eval` is not one: the
-# evaluation and extension stages are keyed by their own fields (`rope_lab.stage_plan`).
+# evaluation and extension stages are keyed by their own fields (`rope_lab.trial.stage_plan`).
 TRAINING_SECTIONS = ("model", "task", "train", "ntk")
 
 

@@ -91,9 +91,9 @@ class Registry(Generic[T]):
 
 
 # The variant kinds of rope_lab, each with the package whose modules register its entries.
-POSITIONS: Registry = Registry("position encoding", "rope_lab.positions")
-SCALINGS: Registry = Registry("RoPE scaling method", "rope_lab.scalings")
+POSITIONS: Registry = Registry("position encoding", "rope_lab.model.positions")
+SCALINGS: Registry = Registry("RoPE scaling method", "rope_lab.model.scalings")
 TASKS: Registry = Registry("task", "rope_lab.tasks")
-NTK_METRICS: Registry = Registry("NTK metric", "rope_lab.ntk_metrics")
-PLOTS: Registry = Registry("plot kind", "rope_lab.plots")
-CLAIMS: Registry = Registry("claim", "rope_lab.claims")
+NTK_METRICS: Registry = Registry("NTK metric", "rope_lab.ntk.metrics")
+PLOTS: Registry = Registry("plot kind", "rope_lab.analysis.plots")
+CLAIMS: Registry = Registry("claim", "rope_lab.analysis.claims")

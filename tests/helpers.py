@@ -14,7 +14,7 @@ from rope_lab.config import (
     TrainConfig,
     TrialConfig,
 )
-from rope_lab.positions import RopeConfig
+from rope_lab.model.positions import RopeConfig
 
 
 def tiny_trial(
@@ -77,8 +77,8 @@ def ntk_against_jacrev(model, tokens, where):
     import numpy as np
     from jax.flatten_util import ravel_pytree
 
-    from rope_lab.model import trainable
-    from rope_lab.ntk import sequence_kernel
+    from rope_lab.model.transformer import trainable
+    from rope_lab.ntk.kernels import sequence_kernel
 
     tokens = np.asarray(tokens)
     params, static = eqx.partition(model, trainable(model))

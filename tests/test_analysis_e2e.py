@@ -7,8 +7,8 @@ from pathlib import Path
 import matplotlib.image as mpimg
 import pytest
 
-from rope_lab.plots import KINDS, plot
-from rope_lab.query import QueryError
+from rope_lab.analysis.plots import KINDS, plot
+from rope_lab.analysis.query import QueryError
 from rope_lab.sweep.runner import run_sweep
 from rope_lab.sweep.spec import load_spec
 from tests.sweep.conftest import write_spec

@@ -66,8 +66,8 @@ def test_sweep_plan_status_and_bad_spec(tmp_path):
 def test_sweep_run_names_failures_and_the_run_directory(tmp_path, monkeypatch, capsys):
     """The end of `sweep run`: each failed trial's exception line and traceback file, each
     diverged trial, the counts, and the run directory to pass to `results` / `plot`."""
-    from rope_lab import pipeline
     from rope_lab.sweep.spec import load_spec
+    from rope_lab.trial import pipeline
     from tests.sweep.conftest import write_spec
 
     spec_path = write_spec(tmp_path)

@@ -10,16 +10,16 @@ import rope_lab
 
 HOMES = {
     "TrialConfig": "rope_lab.config",
-    "TrialOutcome": "rope_lab.trial",
-    "evaluate_model": "rope_lab.evaluate",
+    "TrialOutcome": "rope_lab.trial.run",
+    "evaluate_model": "rope_lab.trial.evaluate",
     "load": "rope_lab.results",
     "load_spec": "rope_lab.sweep.spec",
     "load_trial": "rope_lab.config",
-    "make_model": "rope_lab.model_factory",
-    "position_kernel": "rope_lab.ntk",
+    "make_model": "rope_lab.model.factory",
+    "position_kernel": "rope_lab.ntk.kernels",
     "run_sweep": "rope_lab.sweep.runner",
-    "run_trial": "rope_lab.trial",
-    "sequence_kernel": "rope_lab.ntk",
+    "run_trial": "rope_lab.trial.run",
+    "sequence_kernel": "rope_lab.ntk.kernels",
 }
 
 
@@ -40,7 +40,7 @@ def test_unknown_names_raise_attribute_error():
         _ = rope_lab.nope
     from rope_lab import query  # submodules still import through the package
 
-    assert query.__name__ == "rope_lab.query"
+    assert query.__name__ == "rope_lab.analysis.query"
 
 
 def _imports_jax(code: str) -> bool:

@@ -3,7 +3,7 @@
 Layout of ``runs/SWEEP/``::
 
     trials/<trial_id>/config.yaml            written by the sweep driver
-    trials/<trial_id>/checkpoints/           rope_lab.checkpoint
+    trials/<trial_id>/checkpoints/           rope_lab.trial.checkpoint
     trials/<trial_id>/<table>/<segment>.parquet
     trials/<trial_id>/_SUCCESS               trial finished (see mark_success)
     trials/<trial_id>/.lock                  TrialLease

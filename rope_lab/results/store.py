@@ -18,7 +18,6 @@ from typing import Any
 
 import polars as pl
 
-from rope_lab.atomic import atomic_write
 from rope_lab.results import columns
 from rope_lab.results.schema import (
     REQUIRED,
@@ -29,6 +28,7 @@ from rope_lab.results.schema import (
     TRIALS_SCHEMA,
     check_table,
 )
+from rope_lab.runtime.atomic import atomic_write
 
 _SEGMENT_RE = re.compile(r"[A-Za-z0-9_=+\-][A-Za-z0-9_.=+\-]*")
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from rope_lab.config import TrialConfig
-from rope_lab.ntk_plan import gradient_passes, outputs_per_row
-from rope_lab.scaling_plan import finetune_scalings, scalings_for
-from rope_lab.stage_plan import trial_stages
+from rope_lab.ntk.plan import gradient_passes, outputs_per_row
 from rope_lab.sweep.spec import SweepSpec, axis_assignments, format_value
+from rope_lab.trial.scaling_plan import finetune_scalings, scalings_for
+from rope_lab.trial.stage_plan import trial_stages
 
 
 def _matmul_params(trial: TrialConfig) -> int:
@@ -33,7 +33,7 @@ def forward_flops(trial: TrialConfig, length: int) -> int:
 
 
 def ntk_flops(trial: TrialConfig) -> int:
-    """FLOPs of a trial's empirical-NTK tracking (`rope_lab.ntk_plan.gradient_passes`): each
+    """FLOPs of a trial's empirical-NTK tracking (`rope_lab.ntk.plan.gradient_passes`): each
     sequence of a gradient pass costs one forward and `rows` x C backward passes, a backward
     counted as 2 forwards, so F(L) (1 + 2 rows C): 3 F(L) for one output (C = V for `ntk.output`
     "trace", else 1). Kernel contractions on the host are not counted."""

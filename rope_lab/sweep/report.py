@@ -9,7 +9,6 @@ from pathlib import Path
 
 import polars as pl
 
-from rope_lab.pipeline import ERROR_FILE
 from rope_lab.results import (
     RunDirError,
     is_finished,
@@ -19,6 +18,7 @@ from rope_lab.results import (
     trial_dir,
 )
 from rope_lab.sweep.stages import STAGES_DIR, read_done
+from rope_lab.trial.pipeline import ERROR_FILE
 
 
 def _trial_folders(run_dir: Path) -> list[Path]:
@@ -47,7 +47,7 @@ def summary_frame(run_dir: Path, *, threshold: float = THRESHOLD) -> pl.DataFram
     `longest_kept`: the longest length up to which every evaluated length keeps `threshold` x
     the L_train value (loss: at most the L_train loss / `threshold`), i.e. how far the model
     extrapolates (`query.extrapolation_summary`'s `longest_length`)."""
-    from rope_lab import query as q
+    from rope_lab.analysis import query as q
 
     res = load(run_dir)
     final_loss = (

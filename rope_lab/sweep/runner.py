@@ -1,6 +1,6 @@
 """Run a sweep: per trial, the stages of `stage_plan.trial_stages` not finished yet (a train
 stage, then the stages reading the trained model from disk: as trained, and one per scaling),
-then its trials row (all from `rope_lab.pipeline`).
+then its trials row (all from `rope_lab.trial.pipeline`).
 Ray core tasks (in-process Ray by default, any cluster with `address`), or a serial runner with
 the same interface for tests and debugging.
 
@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from rope_lab.allocator import worker_env
 from rope_lab.config import TrialConfig, to_dict
-from rope_lab.pipeline import TRAIN_STAGE, finish_trial, read_done, run_stage, stage_dir
 from rope_lab.results import is_finished, trial_dir
-from rope_lab.stage_plan import eval_stages, trial_stages
+from rope_lab.runtime.allocator import worker_env
 from rope_lab.sweep.spec import Resources, SweepSpec
+from rope_lab.trial.pipeline import TRAIN_STAGE, finish_trial, read_done, run_stage, stage_dir
+from rope_lab.trial.stage_plan import eval_stages, trial_stages
 
 
 class Runner(Protocol):

@@ -288,7 +288,7 @@ def _check_overlaps(axes: list[_Axis], has_scaling: bool, errors: list[str]) -> 
 
 
 def _check_scaling(scaling: ScalingSpec, errors: list[str]) -> None:
-    from rope_lab.rope import ROPE_KINDS
+    from rope_lab.model.rope import ROPE_KINDS
 
     # `default` at factor s is unscaled RoPE; fine-tuned at s x L_train it is the control of
     # every extension method (fine-tuning alone, for the same steps)

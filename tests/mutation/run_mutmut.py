@@ -7,7 +7,7 @@ a process forked from a server that has imported nothing of the tests: forked fr
 that already ran polars or XLA, their thread pools deadlock.
 
     .venv/bin/python tests/mutation/run_mutmut.py                       # every module
-    .venv/bin/python tests/mutation/run_mutmut.py rope_lab/atomic.py    # some
+    .venv/bin/python tests/mutation/run_mutmut.py rope_lab/runtime/atomic.py    # some
     .venv/bin/python tests/mutation/run_mutmut.py --keep DIR ...        # keep the scratch copies
 
 Score = killed / (killed + survived); mutants that time out (an edit that makes a loop or a
@@ -30,22 +30,32 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from known_defects import scratch_copy
 
-_POSITION_TESTS = ("tests/test_positions.py", "tests/test_position_laws.py")
-_SCALING_TESTS = ("tests/test_rope.py", "tests/scalings", "tests/test_position_laws.py")
-_RESULTS_TESTS = ("tests/test_results.py", "tests/test_atomic.py")
+_POSITION_TESTS = (
+    "tests/model/positions/test_positions.py",
+    "tests/model/positions/test_position_laws.py",
+)
+_SCALING_TESTS = (
+    "tests/model/test_rope.py",
+    "tests/model/scalings",
+    "tests/model/positions/test_position_laws.py",
+)
+_RESULTS_TESTS = ("tests/results/test_results.py", "tests/runtime/test_atomic.py")
 MODULES = {
-    "rope_lab/atomic.py": ("tests/test_atomic.py", "tests/test_results.py"),
+    "rope_lab/runtime/atomic.py": ("tests/runtime/test_atomic.py", "tests/results/test_results.py"),
     **{f"rope_lab/results/{m}.py": _RESULTS_TESTS for m in ("columns", "store", "lease", "scan")},
-    "rope_lab/ntk_metrics.py": ("tests/test_ntk_metrics.py", "tests/test_ntk_columns.py"),
-    "rope_lab/rope.py": _SCALING_TESTS,
-    **{f"rope_lab/scalings/{m}.py": _SCALING_TESTS for m in ("base", "yarn", "llama3", "longrope")},
-    **{f"rope_lab/positions/{m}.py": _POSITION_TESTS for m in ("alibi", "rotary", "learned")},
-    "rope_lab/positions/kerple.py": ("tests/positions/test_kerple.py",),
-    "rope_lab/train.py": ("tests/test_train.py",),
-    "rope_lab/objective.py": ("tests/test_objective.py", "tests/test_train.py"),
-    "rope_lab/evaluate.py": ("tests/test_evaluate.py",),
-    "rope_lab/ntk.py": ("tests/test_ntk.py", "tests/test_ntk_columns.py"),
-    "rope_lab/ntk_tracking.py": ("tests/test_ntk_tracking.py", "tests/test_ntk_columns.py"),
+    "rope_lab/ntk/metrics.py": ("tests/ntk/test_metrics.py", "tests/ntk/test_columns.py"),
+    "rope_lab/model/rope.py": _SCALING_TESTS,
+    **{
+        f"rope_lab/model/scalings/{m}.py": _SCALING_TESTS
+        for m in ("base", "yarn", "llama3", "longrope")
+    },
+    **{f"rope_lab/model/positions/{m}.py": _POSITION_TESTS for m in ("alibi", "rotary", "learned")},
+    "rope_lab/model/positions/kerple.py": ("tests/model/positions/test_kerple.py",),
+    "rope_lab/trial/train.py": ("tests/trial/test_train.py",),
+    "rope_lab/trial/objective.py": ("tests/trial/test_objective.py", "tests/trial/test_train.py"),
+    "rope_lab/trial/evaluate.py": ("tests/trial/test_evaluate.py",),
+    "rope_lab/ntk/kernels.py": ("tests/ntk/test_kernels.py", "tests/ntk/test_columns.py"),
+    "rope_lab/ntk/tracking.py": ("tests/ntk/test_tracking.py", "tests/ntk/test_columns.py"),
 }
 
 CONFIG = """

@@ -4,7 +4,7 @@ hand count), the stages of each trial, and the columns and total of the table.""
 import pytest
 
 from rope_lab.config import TrialConfig, from_dict
-from rope_lab.ntk_plan import GradientPass, gradient_passes, ntk_steps
+from rope_lab.ntk.plan import GradientPass, gradient_passes, ntk_steps
 from rope_lab.sweep.plan import estimate_cost, forward_flops, n_stages, ntk_flops, plan_table
 from rope_lab.sweep.spec import parse_spec
 

@@ -5,7 +5,6 @@ from pathlib import Path
 
 import pytest
 
-from rope_lab.pipeline import finish_trial
 from rope_lab.results import append_rows, mark_success, trial_dir, write_trial_row
 from rope_lab.sweep.report import (
     failure_lines,
@@ -15,10 +14,11 @@ from rope_lab.sweep.report import (
     summary_frame,
     summary_table,
 )
+from rope_lab.trial.pipeline import finish_trial
 from tests.helpers import tiny_trial
 
 TRACEBACK = """Traceback (most recent call last):
-  File "rope_lab/pipeline.py", line 120, in _guarded
+  File "rope_lab/trial/pipeline.py", line 120, in _guarded
     result = work()
 ValueError: lm_text: the eval split holds 5 bytes, fewer than L+1 = 17
 """

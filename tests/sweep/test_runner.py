@@ -3,8 +3,8 @@
 import polars as pl
 import pytest
 
-from rope_lab import allocator
 from rope_lab.results import is_finished, load, trial_dir
+from rope_lab.runtime import allocator
 from rope_lab.sweep.runner import run_sweep
 from rope_lab.sweep.spec import load_spec
 from rope_lab.sweep.stages import compile_cache_dir

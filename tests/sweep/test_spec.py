@@ -318,8 +318,8 @@ def test_cost_counts_scalings_and_finetuning_for_rope_only():
     ],
 )
 def test_n_params_matches_the_built_model(changes):
-    from rope_lab.model import count_params
-    from rope_lab.train import make_model
+    from rope_lab.model.transformer import count_params
+    from rope_lab.trial.train import make_model
 
     trial = _trial(**changes)
     assert estimate_cost(trial)["n_params"] == count_params(make_model(trial))

@@ -87,9 +87,9 @@ def test_training_evaluation_and_probes_read_their_own_split(tmp_path) -> None:
     """Training only ever sees b"a"; evaluation and NTK probes only b"b": the trained model
     predicts "a" everywhere, so held-out accuracy is exactly 0 (1 if evaluation read the
     training text)."""
-    from rope_lab.evaluate import evaluate_model
-    from rope_lab.ntk_tracking import draw_probes
-    from rope_lab.train import make_task_from, train
+    from rope_lab.ntk.tracking import draw_probes
+    from rope_lab.trial.evaluate import evaluate_model
+    from rope_lab.trial.train import make_task_from, train
     from tests.helpers import tiny_trial
 
     cfg = tiny_trial(

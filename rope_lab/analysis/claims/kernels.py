@@ -1,0 +1,201 @@
+"""Claims of the source documents about the empirical NTK (docs/science.md): the tail kernel
+of absolute encodings collapses through training, relative encodings are shift invariant, and
+the kernel moves less from its initialisation as the width grows."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import polars as pl
+
+from rope_lab.analysis.claims.base import (
+    Claim,
+    Evidence,
+    Stat,
+    Verdict,
+    claim,
+    decide,
+    judge_arms,
+    missing,
+    per_seed,
+)
+from rope_lab.analysis.claims.encodings import ABSOLUTE, RELATIVE, arm
+
+SHIFT_RELATIVE = ("rope", "alibi", "none")
+SHIFT_TOLERANCE = 0.01
+TAIL_RATIO = 4.0
+
+
+def _ntk_metric(ev: Evidence, task: str, metric: str) -> pl.DataFrame:
+    if ev.ntk.is_empty():
+        return pl.DataFrame()
+    return ev.ntk.filter(
+        (pl.col("task") == task)
+        & (pl.col("metric") == metric)
+        & (pl.col("group") == "total")
+        & pl.col("trained")
+    )
+
+
+def _ntk_tasks(ev: Evidence) -> list[str]:
+    if ev.ntk.is_empty():
+        return []
+    return sorted(ev.ntk.get_column("task").unique().drop_nulls().to_list())
+
+
+@claim(
+    "tail_kernel_collapse",
+    statement=f"through training, the tail-kernel cosine between the positions >= L_train of "
+    f"{TAIL_RATIO:g} x L_train probes and the training probes falls for absolute encodings "
+    f"and not for relative ones: effect = min(-change(absolute), change(relative) - "
+    f"change(absolute)), change = last step - step 0",
+    source="source documents, section on K_cross -> 0 for absolute encodings "
+    "(docs/science.md, claims 1-2)",
+    order=200,
+)
+def tail_kernel_collapse(ev: Evidence, meta: Claim) -> list[Verdict]:
+    """Changes of ``tail_cos_mean`` at the 4x probe from step 0 to the last step."""
+    out = []
+    for task in _ntk_tasks(ev) or ev.tasks():
+        rows = _ntk_metric(ev, task, "tail_cos_mean")
+        if rows.is_empty():
+            out.append(missing(meta, task, "no tail_cos_mean rows (NTK tracking off?)"))
+            continue
+        rows = rows.filter(
+            (pl.col("probe_length") - pl.col("train.length") * TAIL_RATIO).abs() < 0.5
+        )
+        first = rows.filter(pl.col("step") == pl.col("step").min().over("trial_id"))
+        last = rows.filter(pl.col("step") == pl.col("step").max().over("trial_id"))
+        change = last.join(first.select("trial_id", pl.col("value").alias("v0")), on="trial_id")
+        change = change.with_columns((pl.col("value") - pl.col("v0")).alias("value"))
+        present = set(change.get_column("variant").to_list()) if len(change) else set()
+        absolute = [v for v in ABSOLUTE if v in present]
+        relative = [v for v in RELATIVE if v in present]
+        if not absolute or not relative:
+            out.append(
+                missing(
+                    meta,
+                    task,
+                    f"needs absolute and relative encodings with a {TAIL_RATIO:g}x probe",
+                )
+            )
+            continue
+        arms = {"absolute": arm(change, absolute), "relative": arm(change, relative)}
+        out.append(
+            judge_arms(
+                ev,
+                meta,
+                f"{task} @ {TAIL_RATIO:g}x",
+                arms,
+                lambda m: min(-m["absolute"], m["relative"] - m["absolute"]),
+                threshold=0.0,
+                direction=">",
+            )
+        )
+    return out
+
+
+def _invariance_margin(absolute: Sequence[str], relative: Sequence[str]) -> Stat:
+    """min(smallest absolute error - largest relative one, tolerance - largest relative one)."""
+
+    def margin(m: Mapping[str, float]) -> float:
+        worst_relative = max(m[r] for r in relative)
+        return min(min(m[a] for a in absolute) - worst_relative, SHIFT_TOLERANCE - worst_relative)
+
+    return margin
+
+
+@claim(
+    "shift_invariance",
+    statement=f"the NTK of RoPE, ALiBi and NoPE is shift invariant and that of absolute "
+    f"encodings is not: effect = min(error(absolute) - error(relative), {SHIFT_TOLERANCE} - "
+    f"error(relative)), error = the relative shift-invariance error at the last step",
+    source="source documents, translation invariance of the relative-encoding NTK "
+    "(docs/science.md, claim 3)",
+    order=210,
+)
+def shift_invariance(ev: Evidence, meta: Claim) -> list[Verdict]:
+    """Largest relative-encoding error below tolerance and below the smallest absolute one."""
+    out = []
+    for task in _ntk_tasks(ev) or ev.tasks():
+        rows = _ntk_metric(ev, task, "shift_invariance_error")
+        if rows.is_empty():
+            out.append(missing(meta, task, "no shift_invariance_error rows"))
+            continue
+        last = rows.filter(pl.col("step") == pl.col("step").max().over("trial_id"))
+        present = set(last.get_column("variant").to_list())
+        absolute = [v for v in ABSOLUTE if v in present]
+        relative = [v for v in SHIFT_RELATIVE if v in present]
+        if not absolute or not relative:
+            out.append(missing(meta, task, "needs absolute and relative encodings"))
+            continue
+        arms = {v: arm(last, [v]) for v in (*absolute, *relative)}
+        out.append(
+            judge_arms(
+                ev,
+                meta,
+                task,
+                arms,
+                _invariance_margin(absolute, relative),
+                threshold=0.0,
+                direction=">",
+            )
+        )
+    return out
+
+
+@claim(
+    "drift_falls_with_width",
+    statement="under the NTK parametrisation the kernel's relative change from initialisation "
+    "falls with width: effect = the log-log slope of the last step's relative change vs "
+    "width (bootstrap over seeds)",
+    source="Lee et al. 2019; docs/science.md (kernel drift with width): |Theta_t - Theta_0| "
+    "shrinks like width^-1/2 to width^-1",
+    order=220,
+)
+def drift_falls_with_width(ev: Evidence, meta: Claim) -> list[Verdict]:
+    """Slope of log relative_change vs log width < 0, per task and variant with >= 2 widths."""
+    from rope_lab.analysis.fits import drift_slope
+
+    out = []
+    for task in _ntk_tasks(ev) or ev.tasks():
+        rows = _ntk_metric(ev, task, "relative_change")
+        if "model.parametrization" in rows.columns:
+            rows = rows.filter(pl.col("model.parametrization") == "ntk")
+        if rows.is_empty():
+            out.append(missing(meta, task, "needs NTK-parametrised trials with NTK tracking"))
+            continue
+        for variant in sorted(set(rows.get_column("variant").to_list())):
+            mine = rows.filter(pl.col("variant") == variant)
+            if mine.get_column("model.width").n_unique() < 2:
+                out.append(missing(meta, f"{task}: {variant}", "needs >= 2 widths"))
+                continue
+            fit = drift_slope(mine, metric="relative_change", seed=ev.seed, n_boot=ev.n_boot)
+            lo, hi = fit.ci
+            seeds = min(len(per_seed(g)) for _, g in mine.group_by("model.width"))
+            verdict = decide(lo, hi, 0.0, "<") if seeds >= ev.min_seeds else "inconclusive"
+            if seeds < ev.min_seeds:
+                reason = f"{seeds} seed(s) per width"
+            elif math.isnan(lo):
+                reason = "the slope's interval needs >= 3 seeds (resampled as wholes)"
+            else:
+                reason = "" if verdict != "inconclusive" else "the slope's interval straddles 0"
+            out.append(
+                Verdict(
+                    claim=meta.name,
+                    scope=f"{task}: {variant}",
+                    statement=meta.statement,
+                    verdict=verdict,
+                    effect=fit.slope,
+                    ci_low=lo,
+                    ci_high=hi,
+                    threshold=0.0,
+                    direction="<",
+                    seeds=seeds,
+                    numbers={"r2": fit.r2, "points": fit.n},
+                    source=meta.source,
+                    reason=reason,
+                )
+            )
+    return out

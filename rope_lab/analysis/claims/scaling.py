@@ -1,0 +1,312 @@
+"""Claims about RoPE scaling methods applied to a trained RoPE model (zero-shot or fine-tuned).
+
+They read plain RoPE models (variant ``"rope"``): the rows as trained are direct extrapolation,
+rows with a ``method`` are that scaling at its ``factor``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+
+from rope_lab.analysis.claims.base import (
+    Claim,
+    Evidence,
+    Stat,
+    Verdict,
+    claim,
+    judge_arms,
+    judge_gap,
+    missing,
+    per_seed,
+)
+from rope_lab.analysis.claims.encodings import ratio_at_most
+from rope_lab.analysis.claims.measures import loss_past_train, ratios
+
+ROPE = "rope"
+EXACT_TOLERANCE = 1e-6  # nats: float32 forwards of identical frequencies agree to ~1e-7
+ZERO_SHOT_BETTER = ("dynamic", "yarn", "ntk")
+ZERO_SHOT_WORSE = ("direct", "linear")
+
+
+def _method_rows(method: str, factor: float | None = None, *, finetuned: bool = False) -> pl.Expr:
+    ft = pl.col("finetune_steps").fill_null(0)
+    rows = (pl.col("method") == method) & ((ft > 0) if finetuned else (ft == 0))
+    if factor is not None:
+        rows = rows & ((pl.col("factor") - factor).abs() < 1e-9)
+    return rows & (pl.col("variant") == ROPE)
+
+
+def _direct_rows() -> pl.Expr:
+    return (
+        pl.col("trained")
+        & (pl.col("finetune_steps").fill_null(0) == 0)
+        & (pl.col("variant") == ROPE)
+    )
+
+
+def _factors(ev: Evidence, task: str, method: str, *, finetuned: bool = False) -> list[float]:
+    rows = ev.eval.filter((pl.col("task") == task) & _method_rows(method, finetuned=finetuned))
+    return sorted(set(rows.get_column("factor").drop_nulls().to_list())) if len(rows) else []
+
+
+def _factor_for(factors: list[float], ratio: float) -> float | None:
+    """The largest factor <= ratio (the smallest when all are larger), None without any."""
+    if not factors:
+        return None
+    fitting = [f for f in factors if f <= ratio + 1e-9]
+    return max(fitting) if fitting else min(factors)
+
+
+def smallest_gap(worse: Sequence[str], better: Sequence[str]) -> Stat:
+    """The statistic min over pairs of mean(worse arm) - mean(better arm)."""
+    return lambda m: min(m[w] - m[b] for w in worse for b in better)
+
+
+def _exact(meta: Claim, scope: str, worst: dict[str, float]) -> Verdict:
+    """An exact claim: holds when every trial's largest difference is within tolerance."""
+    effect = max(worst.values())
+    verdict = "holds" if effect <= EXACT_TOLERANCE else "fails"
+    return Verdict(
+        claim=meta.name,
+        scope=scope,
+        statement=meta.statement,
+        verdict=verdict,
+        effect=effect,
+        ci_low=min(worst.values()),
+        ci_high=effect,
+        threshold=EXACT_TOLERANCE,
+        direction="<",
+        seeds=len(worst),
+        numbers=worst,
+        source=meta.source,
+    )
+
+
+@claim(
+    "dynamic_equals_direct",
+    statement=f"dynamic NTK equals direct RoPE at every evaluated length <= L_train (effect = "
+    f"largest |loss difference| over trials, lengths and factors; tolerance "
+    f"{EXACT_TOLERANCE:g} nats)",
+    source="Peng et al. 2023 (YaRN), section 3.3 / docs/science.md: dynamic scaling leaves "
+    "the base unchanged for L <= L_train by construction",
+    order=100,
+)
+def dynamic_equals_direct(ev: Evidence, meta: Claim) -> list[Verdict]:
+    """max |loss(dynamic) - loss(direct)| over lengths <= L_train, per task."""
+    out = []
+    for task in ev.tasks():
+        rows = ev.eval.filter(
+            (pl.col("task") == task) & (pl.col("length") <= pl.col("train.length"))
+        )
+        dyn = rows.filter(_method_rows("dynamic")).select(
+            "trial_id", "length", pl.col("loss").alias("dynamic")
+        )
+        direct = rows.filter(_direct_rows()).select("trial_id", "length", "loss")
+        both = dyn.join(direct, on=["trial_id", "length"])
+        if both.is_empty():
+            out.append(
+                missing(
+                    meta,
+                    task,
+                    "needs RoPE evaluated under dynamic at lengths <= L_train",
+                )
+            )
+            continue
+        worst = both.group_by("trial_id").agg((pl.col("dynamic") - pl.col("loss")).abs().max())
+        out.append(
+            _exact(
+                meta,
+                task,
+                {t: float(v) for t, v in worst.sort("trial_id").iter_rows()},
+            )
+        )
+    return out
+
+
+@claim(
+    "zero_shot_ordering",
+    statement="zero-shot, dynamic NTK, YaRN and NTK-aware scaling each beat direct "
+    "extrapolation and PI past L_train (effect = smallest loss(worse) - loss(better) over "
+    "the pairs; each method at its largest factor <= the length ratio)",
+    source="Peng et al. 2023 (YaRN) and docs/science.md: zero-shot dynamic >= NTK > PI >> direct",
+    order=110,
+)
+def zero_shot_ordering(ev: Evidence, meta: Claim) -> list[Verdict]:
+    """min over better x worse pairs of loss(worse) - loss(better) > 0, at 4x and at 8x."""
+    out = []
+    for task in ev.tasks():
+        for ratio in (4.0, 8.0):
+            scope = f"{task} @ {ratio:g}x"
+            if ratio not in ratios(ev, task):
+                out.append(missing(meta, scope, f"not evaluated at {ratio:g} x L_train"))
+                continue
+            arms: dict[str, list[float]] = {}
+            direct = loss_past_train(ev, task, ratio, _direct_rows())
+            if not direct.is_empty():
+                arms["direct"] = per_seed(direct)
+            for method in ("linear", *ZERO_SHOT_BETTER):
+                factor = _factor_for(_factors(ev, task, method), ratio)
+                if factor is None:
+                    continue
+                rows = loss_past_train(ev, task, ratio, _method_rows(method, factor))
+                if not rows.is_empty():
+                    arms[method if method != "linear" else "linear"] = per_seed(rows)
+            better = [m for m in ZERO_SHOT_BETTER if arms.get(m)]
+            worse = [m for m in ZERO_SHOT_WORSE if arms.get(m)]
+            if not better or not worse:
+                out.append(
+                    missing(
+                        meta, scope, "needs RoPE under dynamic/yarn/ntk and direct or linear (PI)"
+                    )
+                )
+                continue
+            out.append(
+                judge_arms(
+                    ev,
+                    meta,
+                    scope,
+                    {k: arms[k] for k in (*better, *worse)},
+                    smallest_gap(worse, better),
+                    threshold=0.0,
+                    direction=">",
+                )
+            )
+    return out
+
+
+@claim(
+    "pi_costs_in_distribution",
+    statement="PI (linear scaling) costs loss inside the trained window: effect = loss(PI) - "
+    "loss(direct) at L_train, zero-shot",
+    source="Chen et al. 2023 (position interpolation): 0.01-0.05 perplexity lost inside the "
+    "original window",
+    order=120,
+)
+def pi_costs_in_distribution(ev: Evidence, meta: Claim) -> list[Verdict]:
+    """loss(linear x f, L_train) - loss(direct, L_train) > 0 for each factor f."""
+    out = []
+    for task in ev.tasks():
+        factors = _factors(ev, task, "linear")
+        direct = loss_past_train(ev, task, 1.0, _direct_rows())
+        if not factors or direct.is_empty():
+            out.append(missing(meta, task, "needs RoPE under linear scaling evaluated at L_train"))
+            continue
+        for factor in factors:
+            pi = loss_past_train(ev, task, 1.0, _method_rows("linear", factor))
+            arms = {"linear": per_seed(pi), "direct": per_seed(direct)}
+            out.append(judge_gap(ev, meta, f"{task}: linear x{factor:g}", arms, "linear", "direct"))
+    return out
+
+
+@claim(
+    "pi_finetune_recovers",
+    statement="a short fine-tune at the target length recovers PI: effect = loss(PI zero-shot) "
+    "- loss(PI fine-tuned) past L_train at the target length factor x L_train",
+    source="Chen et al. 2023 (position interpolation): 16.10 -> 7.12 ppl at 8192 tokens "
+    "after 200 fine-tuning steps",
+    order=130,
+)
+def pi_finetune_recovers(ev: Evidence, meta: Claim) -> list[Verdict]:
+    """loss(linear zero-shot) - loss(linear fine-tuned) > 0 at each fine-tuned factor."""
+    out = []
+    for task in ev.tasks():
+        tuned = _factors(ev, task, "linear", finetuned=True)
+        if not tuned:
+            out.append(missing(meta, task, "needs RoPE fine-tuned under linear scaling"))
+            continue
+        for factor in tuned:
+            ratio = ratio_at_most(ev, task, factor)
+            if ratio is None:
+                continue
+            zero = loss_past_train(ev, task, ratio, _method_rows("linear", factor))
+            ft = loss_past_train(ev, task, ratio, _method_rows("linear", factor, finetuned=True))
+            if zero.is_empty() or ft.is_empty():
+                out.append(
+                    missing(meta, task, f"linear x{factor:g}: needs zero-shot and fine-tuned rows")
+                )
+                continue
+            arms = {"zero_shot": per_seed(zero), "finetuned": per_seed(ft)}
+            out.append(
+                judge_gap(
+                    ev,
+                    meta,
+                    f"{task}: linear x{factor:g} @ {ratio:g}x",
+                    arms,
+                    "zero_shot",
+                    "finetuned",
+                )
+            )
+    return out
+
+
+@claim(
+    "pi_finetune_beats_control",
+    statement="fine-tuned PI beats fine-tuning unscaled RoPE for the same steps at the target "
+    "length: effect = loss(default fine-tuned) - loss(PI fine-tuned) past L_train",
+    source="Chen et al. 2023 (position interpolation): direct fine-tuning reached only 2560 "
+    "tokens after 10k steps where PI reached 8192 after 200",
+    order=140,
+)
+def pi_finetune_beats_control(ev: Evidence, meta: Claim) -> list[Verdict]:
+    """loss(default fine-tuned) - loss(linear fine-tuned) > 0 at each factor both have."""
+    out = []
+    for task in ev.tasks():
+        tuned = set(_factors(ev, task, "linear", finetuned=True))
+        control = set(_factors(ev, task, "default", finetuned=True))
+        if not tuned or not control:
+            out.append(
+                missing(
+                    meta,
+                    task,
+                    "needs RoPE fine-tuned under linear scaling and "
+                    "unscaled (method default) at the same factor",
+                )
+            )
+            continue
+        for factor in sorted(tuned & control):
+            ratio = ratio_at_most(ev, task, factor)
+            if ratio is None:
+                continue
+            pi = loss_past_train(ev, task, ratio, _method_rows("linear", factor, finetuned=True))
+            ctl = loss_past_train(ev, task, ratio, _method_rows("default", factor, finetuned=True))
+            arms = {"control": per_seed(ctl), "linear": per_seed(pi)}
+            out.append(
+                judge_gap(ev, meta, f"{task}: x{factor:g} @ {ratio:g}x", arms, "control", "linear")
+            )
+    return out
+
+
+@claim(
+    "stale_cache_hurts_dynamic",
+    statement="decoding under dynamic NTK with a stale cache (keys keep the rotation of the "
+    "shorter sequence they were cached in) answers worse past L_train than recomputing the "
+    "whole prefix at its length (effect = decode accuracy of per_step_full minus "
+    "per_step_stale, averaged over lengths > L_train)",
+    source="docs/science.md (RoPE extension: dynamic scaling under a KV cache); the Hugging "
+    "Face transformers discussion of dynamic NTK with cached keys",
+    order=170,
+)
+def stale_cache_hurts_dynamic(ev: Evidence, meta: Claim) -> list[Verdict]:
+    """Per task with decode rows: per-seed answer accuracy past L_train, full vs stale."""
+    if ev.decode.is_empty():
+        return [missing(meta, "all tasks", "needs decode rows (eval.decode.protocols)")]
+    out = []
+    for task in sorted(ev.decode.get_column("task").unique().drop_nulls().to_list()):
+        rows = ev.decode.filter(
+            (pl.col("task") == task)
+            & (pl.col("method") == "dynamic")
+            & (pl.col("length") > pl.col("train.length"))
+        )
+        arms = {
+            p: per_seed(rows.filter(pl.col("protocol") == p), "accuracy")
+            for p in ("per_step_full", "per_step_stale")
+        }
+        if not all(arms.values()):
+            out.append(
+                missing(meta, task, "needs dynamic decoded per_step_full and per_step_stale")
+            )
+            continue
+        out.append(judge_gap(ev, meta, task, arms, "per_step_full", "per_step_stale"))
+    return out

@@ -1,0 +1,215 @@
+"""Curve labels of result rows, as polars expressions: the PE kind for an encoding as trained,
+``"rope (linear x2)"`` for RoPE trained with a scaling, ``"rope/yarn x4"`` for a scaling applied
+at evaluation, ``"alibi/log-length temperature"`` for the zero-shot attention temperature (method
+``"temperature"``, any encoding), plus ``" +ft100"`` after 100 fine-tuning steps.
+
+Rows carry the flattened trial config; only encodings with RoPE fields have
+``model.position.rope.*`` columns (null elsewhere), so no kind name is tested here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from typing import Final
+
+import polars as pl
+
+from rope_lab.registry import POSITIONS
+from rope_lab.trial.scaling_plan import TEMPERATURE
+
+KIND: Final = "model.position.kind"
+SCALING: Final = "model.position.rope.scaling"
+TRAIN_FACTOR: Final = "model.position.rope.factor"
+TEMPERATURE_LABEL: Final = "log-length temperature"  # what a temperature row's label names
+LAYERS: Final = "model.layers"
+SSMAX: Final = "model.scalable_softmax"
+POSE: Final = "train.pose_target_length"
+RANDOMIZED: Final = "model.position.randomized"
+PROTOCOL: Final = "eval.text_protocol"
+STRIDE: Final = "eval.text_stride"
+# RoPE fields the label names elsewhere (a training-time scaling reads "rope (linear x2)")
+_NAMED_ELSEWHERE: Final = frozenset({"scaling", "factor", "params"})
+
+
+def _option_columns(columns: Sequence[str]) -> list[str]:
+    """Flattened encoding fields, ``model.position.<kind>.<field>``, that a label may name."""
+    out = []
+    for col in columns:
+        parts = col.split(".")
+        if (
+            len(parts) == 4
+            and parts[:2] == ["model", "position"]
+            and parts[3] not in _NAMED_ELSEWHERE
+        ):
+            out.append(col)
+    return out
+
+
+def layout_name(kind: str | None, layers_json: str | None) -> str:
+    """' [rope.w16 | none]' for a layer layout (each kind: its encoding, its window as 'w16',
+    Llama 4 query scaling as 't0.1', 'fixed' without eval scaling), '' without one."""
+    layers = json.loads(layers_json) if layers_json else []
+    if not layers:
+        return ""
+    names = []
+    for layer in layers:
+        parts = [(layer.get("position") or {}).get("kind") or kind or "?"]
+        theta = ((layer.get("position") or {}).get("rope") or {}).get("theta")
+        if theta is not None and theta != 10000.0:
+            parts[0] += f"{theta:g}"
+        if layer.get("window") is not None:
+            parts.append(f"w{layer['window']}")
+        if layer.get("attn_scale"):
+            parts.append(f"t{layer['attn_scale']:g}")
+        if layer.get("eval_scaling") is False:
+            parts.append("fixed")
+        names.append(".".join(parts))
+    return f" [{' | '.join(names)}]"
+
+
+def _option_expr(col: str) -> pl.Expr | None:
+    """``" name value"`` where the row's encoding owns field ``col`` and it is off its default
+    (native expressions: a Python function inside when/then branches was not applied to every
+    row)."""
+    _, _, owner, name = col.split(".")
+    if owner not in POSITIONS:
+        return None
+    defaults = {f.name: f.default for f in dataclasses.fields(POSITIONS[owner])}
+    if name not in defaults:
+        return None
+    value = pl.col(col)
+    off = (pl.col(KIND) == owner) & value.is_not_null()
+    if defaults[name] is not None:
+        off = off & (value != defaults[name])
+    shown = value.cast(pl.String).str.replace(r"\.0$", "")
+    return pl.when(off).then(pl.concat_str([pl.lit(f" {name} "), shown])).otherwise(pl.lit(""))
+
+
+def variant_expr(columns: Sequence[str], *, protocol: bool = True) -> pl.Expr:
+    """The PE kind and what else decides how positions enter: its fields that differ from their
+    defaults (``"rope rotary_fraction 0.25"``), randomised positions (``" +randomized"``), a
+    layer layout (``"rope [rope.w16 | none]"``), Scalable-Softmax (``" +SSMax"``), PoSE
+    (``" +PoSE 256"``), and (with ``protocol``) a text protocol other than random windows.
+    Trials that differ only there get distinct labels, so their curves are never pooled."""
+    out = pl.col(KIND).fill_null("?")
+    parts = [_option_expr(col) for col in _option_columns(columns)]
+    if parts:
+        out = pl.concat_str([out, *(p for p in parts if p is not None)])
+    if RANDOMIZED in columns:
+        randomized = pl.when(pl.col(RANDOMIZED).fill_null(False)).then(pl.lit(" +randomized"))
+        out = pl.concat_str([out, randomized.otherwise(pl.lit(""))])
+    if LAYERS in columns:
+        layout = pl.struct([KIND, LAYERS]).map_elements(
+            lambda r: layout_name(r[KIND], r[LAYERS]), return_dtype=pl.String
+        )
+        out = pl.concat_str([out, layout.fill_null("")])
+    if SSMAX in columns:
+        out = pl.concat_str(
+            [
+                out,
+                pl.when(pl.col(SSMAX).fill_null(False))
+                .then(pl.lit(" +SSMax"))
+                .otherwise(pl.lit("")),
+            ]
+        )
+    if POSE in columns:
+        pose = pl.concat_str([pl.lit(" +PoSE "), pl.col(POSE).cast(pl.String)])
+        out = pl.concat_str([out, pose.fill_null("")])
+    if protocol and PROTOCOL in columns:
+        out = pl.concat_str([out, protocol_expr(columns)])
+    return out
+
+
+def protocol_expr(columns: Sequence[str]) -> pl.Expr:
+    """' (non-overlapping windows)' / ' (sliding windows, stride 32)' for text evaluated by
+    Press et al.'s protocols, '' for random windows."""
+    protocol = pl.col(PROTOCOL).fill_null("random")
+    stride = pl.col(STRIDE) if STRIDE in columns else pl.lit(None)
+    if "train.length" in columns:
+        stride = stride.fill_null(pl.col("train.length"))
+    sliding = pl.concat_str(
+        [pl.lit(" (sliding windows, stride "), stride.cast(pl.String), pl.lit(")")]
+    )
+    return (
+        pl.when(protocol == "nonoverlapping")
+        .then(pl.lit(" (non-overlapping windows)"))
+        .when(protocol == "sliding")
+        .then(sliding.fill_null(" (sliding windows)"))
+        .otherwise(pl.lit(""))
+    )
+
+
+def _factor_str(col: str) -> pl.Expr:
+    """``2.0`` -> ``"2"``, ``1.5`` -> ``"1.5"`` (like ``f"{x:g}"`` for typical factors)."""
+    f = pl.col(col)
+    return (
+        pl.when(f.is_null())
+        .then(pl.lit("?"))
+        .when(f == f.round(0))
+        .then(f.cast(pl.Int64, strict=False).cast(pl.String))
+        .otherwise(f.round(4).cast(pl.String))
+    )
+
+
+def trained_expr(columns: Sequence[str], *, as_trained: str | None = None) -> pl.Expr:
+    """Whether a row is its PE as trained rather than a RoPE scaling applied at evaluation.
+
+    ``method == as_trained`` (the NTK table's ``"none"``), or, when ``as_trained`` is None,
+    method ``"none"`` or method and factor equal to the trained RoPE scaling (eval table).
+    """
+    method = pl.col("method").fill_null("none")
+    if as_trained is not None:
+        return method == as_trained
+    if SCALING not in columns:
+        return method == "none"
+    same_factor = pl.lit(True)
+    if TRAIN_FACTOR in columns:
+        same_factor = pl.col("factor").is_null() | (pl.col("factor") == pl.col(TRAIN_FACTOR))
+    return (method == "none") | ((method == pl.col(SCALING).fill_null("default")) & same_factor)
+
+
+def trained_with_scaling(columns: Sequence[str], *, as_trained: str | None = None) -> pl.Expr:
+    """Whether a row's RoPE was trained with a scaling, which its label as trained names
+    (``"rope (linear x2)"``; eval tables, ``as_trained`` None, only)."""
+    if as_trained is not None or KIND not in columns or SCALING not in columns:
+        return pl.lit(False)
+    return pl.col(SCALING).fill_null("default") != "default"  # null: no RoPE fields
+
+
+def label_expr(columns: Sequence[str], *, as_trained: str | None = None) -> pl.Expr:
+    """Curve label: ``"alibi"``, ``"rope"``, ``"rope/yarn x4"``, ``"rope/ntk x2 +ft100"``,
+    ``"alibi/log-length temperature"``.
+
+    Rows of the PE as trained (:func:`trained_expr`) read the PE kind; RoPE trained with a
+    scaling reads ``"rope (linear x2)"``; temperature rows name no factor (their multiplier
+    follows from the evaluated length).
+    """
+    method = pl.col("method").fill_null("none")
+    trained = trained_expr(columns, as_trained=as_trained)
+    scaled = (
+        pl.when(method == TEMPERATURE)
+        .then(pl.lit(TEMPERATURE_LABEL))
+        .otherwise(pl.concat_str([method, pl.lit(" x"), _factor_str("factor")]))
+    )
+    if KIND in columns:
+        kind = variant_expr(columns)
+        base = kind
+        if SCALING in columns and as_trained is None:
+            name = [pl.col(SCALING).fill_null("default")]
+            if TRAIN_FACTOR in columns:
+                name += [pl.lit(" x"), _factor_str(TRAIN_FACTOR)]
+            with_name = pl.concat_str([kind, pl.lit(" ("), *name, pl.lit(")")])
+            base = pl.when(trained_with_scaling(columns)).then(with_name).otherwise(kind)
+        label = pl.when(trained).then(base).otherwise(pl.concat_str([kind, pl.lit("/"), scaled]))
+    else:
+        label = pl.when(trained).then(method).otherwise(scaled)
+    if "finetune_steps" in columns:
+        ft = pl.col("finetune_steps")
+        label = (
+            pl.when(ft.fill_null(0) > 0)
+            .then(pl.concat_str([label, pl.lit(" +ft"), ft.cast(pl.String)]))
+            .otherwise(label)
+        )
+    return label.alias("label")

@@ -1,0 +1,377 @@
+"""Incremental decoding with a key/value cache, for every position encoding and layer layout.
+
+`prefill(model, tokens (P,), capacity)` runs the prompt through the model as one forward pass
+and keeps each layer's keys (rotated by the encoding, for RoPE) and values; `decode_step` then
+feeds one token at a time, attending over the cache. Each layer kind of the pattern has its own
+cache: `capacity` slots, or only `window` slots for a sliding-window kind (a ring buffer: slot
+= sequence index mod window). Bias encodings (ALiBi, T5, KERPLE, FIRE) compute their bias from
+the cached position values at each step; CoPE's contextual term reads the cached keys in
+sequence order. Shapes are fixed by `capacity`, so a generation of any length up to it
+compiles once (`generate` scans `decode_step`).
+
+Length-dependent RoPE scalings (dynamic NTK) make a cache protocol matter, since keys cached
+early were rotated with the frequencies of a shorter sequence (`PROTOCOLS`):
+
+- `prefill_fixed`: the scaling is chosen once, from prompt length plus generation budget (the
+  longest prefix the model reads), and used for every token (what serving stacks that fix
+  the scaling at prefill do);
+- `per_step_recompute`: at each step the frequencies of the current length rotate the query
+  and every cached key again (the cache holds keys before rotation; what re-rotating
+  implementations do). Exact for one layer; in a deeper model the cached values and the later
+  layers' keys still come from hidden states computed under earlier frequencies;
+- `per_step_stale`: new tokens get the current frequencies, cached keys keep the ones they
+  were rotated with (what a naive cache does);
+- `per_step_full`: no cache: every step runs the whole prefix at its length, which is teacher
+  forcing with the scaling taken at each prefix length (exact; O(L^2) per token).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int
+
+from rope_lab.config import DECODE_PROTOCOLS
+from rope_lab.model.attention import attend, attend_keys
+from rope_lab.model.positions import PositionEncoding
+from rope_lab.model.transformer import Block, Transformer, with_scaling
+
+PROTOCOLS: Final = DECODE_PROTOCOLS
+
+
+class LayerCache(eqx.Module):
+    """The cache of one layer kind over its R repeats: keys and values (R, H, C, Dh) and, per
+    slot, the sequence index (-1: empty) and position value of the token it holds."""
+
+    k: Float[Array, "R H C Dh"]
+    v: Float[Array, "R H C Dh"]
+    index: Int[Array, " C"]
+    position: Int[Array, " C"]
+
+
+class KVCache(eqx.Module):
+    """Per layer kind of the model's pattern, its `LayerCache`; `length`: tokens consumed."""
+
+    layers: tuple[LayerCache, ...]
+    length: Int[Array, ""]
+
+    def nbytes(self) -> int:
+        """Bytes the cache holds (keys, values and slot bookkeeping)."""
+        return sum(x.nbytes for x in jax.tree.leaves(self) if eqx.is_array(x))
+
+
+def slots(model: Transformer, capacity: int) -> tuple[int, ...]:
+    """Cache slots of each layer kind: `capacity`, or its window when that is smaller."""
+    return tuple(
+        capacity if kind.window is None else min(capacity, kind.window)
+        for kind in model.config.pattern
+    )
+
+
+def init_cache(model: Transformer, capacity: int, dtype=None) -> KVCache:
+    """An empty cache for up to `capacity` tokens."""
+    cfg = model.config
+    pattern = cfg.pattern
+    repeats, heads, dh = cfg.depth // len(pattern), cfg.n_heads, cfg.d_head
+    dtype = model.embedding.dtype if dtype is None else dtype
+    layers = tuple(
+        LayerCache(
+            k=jnp.zeros((repeats, heads, c, dh), dtype),
+            v=jnp.zeros((repeats, heads, c, dh), dtype),
+            index=jnp.full((c,), -1, jnp.int32),
+            position=jnp.zeros((c,), jnp.int32),
+        )
+        for c in slots(model, capacity)
+    )
+    return KVCache(layers, jnp.zeros((), jnp.int32))
+
+
+def _blocks(model: Transformer) -> tuple[Block, Block]:
+    """Block params reshaped (R, P, ...) (R repeats of the P kinds) and the static part."""
+    params, static = eqx.partition(model.blocks, eqx.is_array)
+    p = len(model.config.pattern)
+    return jax.tree.map(lambda a: a.reshape(-1, p, *a.shape[1:]), params), static
+
+
+def _block(static: Block, r_params: Block, i: int) -> Block:
+    """Kind i's block of one repeat."""
+    return eqx.combine(jax.tree.map(lambda a: a[i], r_params), static)
+
+
+def _rest_of_block(block: Block, h: Array, heads: Float[Array, "H L Dh"]) -> Array:
+    """The block after attention: output projection of the heads' outputs, residual, MLP."""
+    out = jnp.swapaxes(heads, -3, -2)
+    h = h + block.attn.o(out.reshape(*out.shape[:-2], -1))
+    return h + block.mlp(block.mlp_norm(h))
+
+
+def prefill(
+    model: Transformer,
+    tokens: Int[Array, " P"],
+    capacity: int,
+    positions: Array | None = None,
+    *,
+    raw_keys: bool = False,
+) -> tuple[Float[Array, "P V"], KVCache]:
+    """Logits (P, V) of the prompt, equal to `model(tokens, positions)`, and the cache holding
+    its keys and values (the last `window` of them for a windowed kind). P <= capacity.
+    `raw_keys`: cache the keys before rotation (for `decode_step(rotate_cache=True)`)."""
+    n = tokens.shape[0]
+    if n > capacity:
+        raise ValueError(f"prompt of {n} tokens does not fit a cache of capacity {capacity}")
+    positions = jnp.arange(n, dtype=jnp.int32) if positions is None else positions
+    cache = init_cache(model, capacity)
+    pattern = model.config.pattern
+    params, static = _blocks(model)
+    x = model.embed(tokens, positions)
+
+    def repeat(h, r_params):
+        kept = []
+        for i, kind in enumerate(pattern):
+            block = _block(static, r_params, i)
+            enc = model.encoding_of(i)
+            a = block.attn
+            q, k, v = a.project(block.attn_norm(h), positions, _unrotated(enc, raw_keys))
+            cached = k
+            if raw_keys:
+                q, k = _rotate_heads(enc, q, k, positions, positions)
+            rows = a.row_scale(positions, kind, model.temperature)
+            out = attend(q, k, v, positions, enc, scale=a.scale, implementation=a.implementation,
+                         window=kind.window, row_scale=rows)  # fmt: skip
+            h = _rest_of_block(block, h, out)
+            kept.append((cached, v))
+        return h, tuple(kept)
+
+    x, kv = jax.lax.scan(repeat, x, params)
+    layers = []
+    for (k, v), layer in zip(kv, cache.layers, strict=True):
+        c = layer.index.shape[0]
+        keep = jnp.arange(max(0, n - c), n)  # the last c tokens, one per slot
+        slot = keep % c
+        layers.append(
+            LayerCache(
+                k=layer.k.at[:, :, slot].set(k[:, :, keep].astype(layer.k.dtype)),
+                v=layer.v.at[:, :, slot].set(v[:, :, keep].astype(layer.v.dtype)),
+                index=layer.index.at[slot].set(keep.astype(jnp.int32)),
+                position=layer.position.at[slot].set(positions[keep]),
+            )
+        )
+    logits = model.head(model.final_norm(x)).astype(jnp.float32)
+    return logits, KVCache(tuple(layers), jnp.asarray(n, jnp.int32))
+
+
+def decode_step(
+    model: Transformer,
+    cache: KVCache,
+    token: Int[Array, ""],
+    position: Int[Array, ""] | None = None,
+    *,
+    rotate_cache: bool = False,
+) -> tuple[Float[Array, " V"], KVCache]:
+    """Logits (V,) of the next token after `token` at `position` (default: the cache length),
+    and the cache with it appended. Equal to the last row of a full forward over the whole
+    prefix (`model(prefix)[-1]`) when the encoding does not depend on the length.
+
+    `rotate_cache`: the cache holds keys before rotation and the model's current encoding
+    rotates them all at every step (`per_step_recompute`; from `prefill(raw_keys=True)`)."""
+    n = cache.length
+    position = jnp.asarray(n if position is None else position, jnp.int32)
+    pattern = model.config.pattern
+    params, static = _blocks(model)
+    x = model.embed(token[None], position[None])
+    # slot bookkeeping, the same for every repeat of a kind; `shift` orders slots oldest first
+    books = []
+    for layer in cache.layers:
+        c = layer.index.shape[0]
+        index = layer.index.at[n % c].set(n)
+        pos = layer.position.at[n % c].set(position)
+        shift = (n + 1) % c
+        books.append((n % c, shift, index, pos, jnp.roll(index, -shift), jnp.roll(pos, -shift)))
+
+    def repeat(h, xs):
+        r_params, r_kv = xs
+        new = []
+        for i, kind in enumerate(pattern):
+            block = _block(static, r_params, i)
+            enc = model.encoding_of(i)
+            a = block.attn
+            slot, shift, _, _, ordered_index, ordered_pos = books[i]
+            q, k, v = a.project(block.attn_norm(h), position[None], _unrotated(enc, rotate_cache))
+            ks = r_kv[i][0].at[:, slot].set(k[:, 0].astype(r_kv[i][0].dtype))
+            vs = r_kv[i][1].at[:, slot].set(v[:, 0].astype(r_kv[i][1].dtype))
+            kk, vv = jnp.roll(ks, -shift, axis=1), jnp.roll(vs, -shift, axis=1)
+            if rotate_cache:
+                q, kk = _rotate_heads(enc, q, kk, position[None], ordered_pos)
+            # a windowed kind's ring buffer holds only its window: empty slots are all it hides
+            visible = ordered_index >= 0
+            rows = a.row_scale(position[None], kind, model.temperature, index=n[None])
+            rows = None if rows is None else jnp.broadcast_to(rows, (a.heads, 1))
+            out = attend_keys(q, kk, vv, position[None], ordered_pos, visible[None], enc,
+                              scale=a.scale, row_scale=rows)  # fmt: skip
+            h = _rest_of_block(block, h, out)
+            new.append((ks, vs))
+        return h, tuple(new)
+
+    kv = tuple((layer.k, layer.v) for layer in cache.layers)
+    x, kv = jax.lax.scan(repeat, x, (params, kv))
+    layers = tuple(
+        LayerCache(k=k, v=v, index=book[2], position=book[3])
+        for (k, v), book in zip(kv, books, strict=True)
+    )
+    logits = model.head(model.final_norm(x)).astype(jnp.float32)[0]
+    return logits, KVCache(layers, n + 1)
+
+
+class _NoRotation(PositionEncoding):
+    """The wrapped encoding with rotation switched off (keys and queries kept as projected);
+    every other hook is the wrapped one's."""
+
+    inner: PositionEncoding
+
+    def embed(self, positions):
+        return self.inner.embed(positions)
+
+    def bias(self, q_positions, k_positions):
+        return self.inner.bias(q_positions, k_positions)
+
+    def contextual_bias(self, q, logits, visible):
+        return self.inner.contextual_bias(q, logits, visible)
+
+
+def _unrotated(encoding: PositionEncoding, raw: bool) -> PositionEncoding:
+    """The encoding, or with `raw` the same without its rotation."""
+    return _NoRotation(encoding) if raw else encoding
+
+
+def _rotate_heads(
+    encoding: PositionEncoding, q: Array, k: Array, q_pos: Array, k_pos: Array
+) -> tuple[Array, Array]:
+    """Rotate heads-major queries (H, Lq, Dh) and keys (H, Lk, Dh) at their positions."""
+    qr, _ = encoding.rotate(q.transpose(1, 0, 2), q.transpose(1, 0, 2), q_pos)
+    _, kr = encoding.rotate(k.transpose(1, 0, 2), k.transpose(1, 0, 2), k_pos)
+    return qr.transpose(1, 0, 2), kr.transpose(1, 0, 2)
+
+
+def encodings_by_length(
+    model: Transformer, method: str, factor: float, params: dict | None, lengths: Sequence[int]
+) -> tuple:
+    """The arrays of the model's encodings (`position`, `layer_positions`) under a scaling at
+    each of `lengths`, stacked along a leading axis (one step's frequencies per length, for
+    `generate` to scan over)."""
+    trees = [
+        eqx.filter((m.position, m.layer_positions), eqx.is_array)
+        for m in (with_scaling(model, method, factor, params, seq_len=n) for n in lengths)
+    ]
+    return jax.tree.map(lambda *a: jnp.stack(a), *trees)
+
+
+def generate(
+    model: Transformer,
+    prompt: Int[Array, " P"],
+    steps: int,
+    capacity: int,
+    *,
+    protocol: str = "prefill_fixed",
+    scaling: tuple[str, float, dict | None] | None = None,
+) -> tuple[Int[Array, " N"], Float[Array, "N V"]]:
+    """Greedy decoding of `steps` tokens after `prompt` (P + steps - 1 <= capacity: the last
+    token is produced, never fed back): the tokens
+    chosen (N,) and the logits they were chosen from (N, V), the first from the prompt's last
+    row. `scaling` (method, factor, params) is applied under `protocol` (`PROTOCOLS`; for a
+    method that does not depend on the length all of them give the same tokens); None: the
+    model as given."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown decode protocol {protocol!r}; allowed: {', '.join(PROTOCOLS)}")
+    p = prompt.shape[0]
+    if p + steps - 1 > capacity:
+        raise ValueError(
+            f"prompt {p} + {steps} new tokens - 1 exceed the cache capacity {capacity}"
+        )
+    if scaling is None:
+        return _generate_fixed(model, prompt, steps, capacity)
+    method, factor, params = scaling
+    if protocol == "prefill_fixed":
+        # the longest prefix read: the last token is produced, never fed back
+        fixed = with_scaling(model, method, factor, params, seq_len=p + steps - 1)
+        return _generate_fixed(fixed, prompt, steps, capacity)
+    # the step that reads token t (index p + t - 1) sees a prefix of p + t tokens
+    stacked = encodings_by_length(model, method, factor, params, range(p + 1, p + steps))
+    at_prompt = with_scaling(model, method, factor, params, seq_len=p)
+    if protocol == "per_step_full":
+        return _scan_full(model, at_prompt, prompt, stacked, steps, capacity)
+    recompute = protocol == "per_step_recompute"
+    first, cache = prefill(at_prompt, prompt, capacity, raw_keys=recompute)
+    return _scan(model, cache, first[-1], stacked, steps, rotate_cache=recompute)
+
+
+def _scan_full(model, at_prompt, prompt, stacked, steps: int, capacity: int):
+    """`per_step_full`: every step a forward over the whole prefix (padded to `capacity`; the
+    model is causal, so row n reads tokens 0..n only) under that step's encodings."""
+    p = prompt.shape[0]
+    buffer = jnp.zeros((capacity,), jnp.int32).at[:p].set(prompt)
+    first = at_prompt(buffer)[p - 1]
+    token = jnp.argmax(first).astype(jnp.int32)
+    _, static = eqx.partition((model.position, model.layer_positions), eqx.is_array)
+
+    def step(carry, xs):
+        buffer, token = carry
+        n, step_arrays = xs
+        buffer = buffer.at[n].set(token)
+        encs = eqx.combine(step_arrays, static)
+        m = eqx.tree_at(lambda m: (m.position, m.layer_positions), model, encs)
+        logits = m(buffer)[n]
+        nxt = jnp.argmax(logits).astype(jnp.int32)
+        return (buffer, nxt), (nxt, logits)
+
+    if steps <= 1:
+        return token[None][:steps], first[None][:steps]
+    index = jnp.arange(p, p + steps - 1, dtype=jnp.int32)
+    _, (tokens, logits) = jax.lax.scan(step, (buffer, token), (index, stacked))
+    return jnp.concatenate([token[None], tokens]), jnp.concatenate([first[None], logits])
+
+
+def _generate_fixed(model, prompt, steps, capacity):
+    first, cache = prefill(model, prompt, capacity)
+    return _scan(model, cache, first[-1], None, steps, rotate_cache=False)
+
+
+def _scan(model, cache, first_logits, stacked, steps: int, *, rotate_cache: bool):
+    """Greedy tokens and logits: the first from `first_logits`, each next one from a
+    `decode_step` of the previous token, under that step's encoding arrays (`stacked`, with a
+    leading axis of steps - 1) or the model's own (None)."""
+    token = jnp.argmax(first_logits).astype(jnp.int32)
+    encodings = (model.position, model.layer_positions)
+    arrays, static = eqx.partition(encodings, eqx.is_array)
+
+    def step(carry, step_arrays):
+        cache, token = carry
+        encs = eqx.combine(arrays if step_arrays is None else step_arrays, static)
+        m = eqx.tree_at(lambda m: (m.position, m.layer_positions), model, encs)
+        logits, cache = decode_step(m, cache, token, rotate_cache=rotate_cache)
+        nxt = jnp.argmax(logits).astype(jnp.int32)
+        return (cache, nxt), (nxt, logits)
+
+    if steps <= 1:
+        return token[None][:steps], first_logits[None][:steps]
+    _, (tokens, logits) = jax.lax.scan(step, (cache, token), stacked, length=steps - 1)
+    return (
+        jnp.concatenate([token[None], tokens]),
+        jnp.concatenate([first_logits[None], logits]),
+    )
+
+
+__all__ = [
+    "PROTOCOLS",
+    "KVCache",
+    "LayerCache",
+    "decode_step",
+    "encodings_by_length",
+    "generate",
+    "init_cache",
+    "prefill",
+    "slots",
+]

@@ -1,0 +1,29 @@
+"""The model of a trial: a freshly initialised Transformer sized by its TrialConfig."""
+
+from __future__ import annotations
+
+import jax
+from jaxtyping import PRNGKeyArray
+
+from rope_lab.config import TrialConfig
+from rope_lab.model.transformer import Transformer
+
+
+def make_model(cfg: TrialConfig, *, key: PRNGKeyArray | None = None) -> Transformer:
+    """The trial's model, initialised from `key` (default: `fold_in(PRNGKey(train.seed), 0)`,
+    the initialisation stream; the data stream is 1).
+
+    Vocabulary from `task.vocab_size`; a learned position table gets `cfg.max_length` rows.
+    """
+    if key is None:
+        key = jax.random.fold_in(jax.random.PRNGKey(cfg.train.seed), 0)
+    return Transformer(
+        cfg.model,
+        cfg.task.vocab_size,
+        train_length=cfg.train.length,
+        max_length=cfg.max_length,
+        key=key,
+    )
+
+
+__all__ = ["make_model"]

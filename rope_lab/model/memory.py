@@ -1,0 +1,75 @@
+"""Memory estimates of a forward pass, which size evaluation batches (JAX-free).
+
+`forward_bytes` is an upper bound on the temporary memory of one sequence's evaluation forward
+(logits and losses included): float32 activations of about 20 D + 2 D_mlp + 4 V per position
+(residual stream, q/k/v and their heads-major copies, attention output, MLP hidden and
+activation, logits and log-softmax) plus what attention holds at once: about four float32
+logits-sized arrays per head (logits, exponentials, weights, their masked copy) and the bias's
+own values, per query-key pair held. The constants are
+calibrated against XLA's own estimate (`Compiled.memory_analysis`) in tests/model/test_memory.py,
+which checks the bound holds, within 2.5x, over widths, lengths and vocabularies.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rope_lab.config import ModelConfig, TrialConfig
+
+# Query and key block of the blocked attention kernel: (H, BLOCK, BLOCK) logits at a time.
+BLOCK = 512
+# `auto` attention on CPU runs the reference path up to this length (it was faster there, see
+# benchmarks/long_context.py), the blocked kernel beyond; the reference query blocks below.
+REFERENCE_MAX_LENGTH = 2048
+ATTENTION_BLOCK = 64
+MAX_ATTENTION_BLOCKS = 8
+
+
+def causal_blocks(length: int) -> list[tuple[int, int]]:
+    """Query blocks [(start, stop)) tiling range(length) for the reference attention path.
+
+    Each block attends to keys [0, stop) only, so the matmuls and the softmax skip most of the
+    masked upper triangle: with n blocks they cost (n + 1) / (2 n) of full attention. Blocks hold
+    at least ATTENTION_BLOCK queries and there are at most MAX_ATTENTION_BLOCKS of them, since
+    each is a separately compiled pair of matmuls.
+    """
+    n = max(1, min(MAX_ATTENTION_BLOCKS, length // ATTENTION_BLOCK))
+    size = -(-length // n)
+    return [(start, min(start + size, length)) for start in range(0, length, size)]
+
+
+def attention_pairs(length: int, implementation: str) -> int:
+    """Query-key pairs one sequence's attention holds at once: the reference path's largest
+    query block against its key prefix, or one (BLOCK x BLOCK) tile of the blocked kernel."""
+    if implementation == "reference" or (
+        implementation == "auto" and length <= REFERENCE_MAX_LENGTH
+    ):
+        return max((stop - start) * stop for start, stop in causal_blocks(length))
+    block = min(BLOCK, length)
+    return block * block
+
+
+def forward_bytes(model: ModelConfig, vocab: int, length: int) -> int:
+    """Upper bound on the temporary bytes of one sequence's forward at `length` (see above)."""
+    activations = 4 * length * (20 * model.width + 2 * model.d_mlp + 4 * vocab)
+    per_pair = 4 * model.n_heads + max(
+        model.layer_position(layer).options.bias_floats_per_pair(
+            model.with_position(model.layer_position(layer))
+        )
+        for layer in model.pattern
+    )
+    # a contextual term (CoPE) runs the reference path at every length
+    contextual = any("contextual" in model.layer_position(k).options.hooks for k in model.pattern)
+    implementation = "reference" if contextual else model.attention
+    return activations + 4 * per_pair * attention_pairs(length, implementation)
+
+
+def sequences_per_forward(cfg: TrialConfig, length: int) -> int:
+    """The largest divisor of `eval.batch_size` whose forward at `length` fits in
+    `eval.memory_budget_mb` (at least 1: a sequence that alone exceeds it still runs)."""
+    budget = cfg.eval.memory_budget_mb * 2**20
+    per_sequence = forward_bytes(cfg.model, cfg.task.vocab_size, length)
+    batch = cfg.eval.batch_size
+    fits = [b for b in range(1, batch + 1) if batch % b == 0 and b * per_sequence <= budget]
+    return max(fits, default=1)

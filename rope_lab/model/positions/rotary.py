@@ -1,0 +1,161 @@
+"""RoPE (Su et al. 2021): rotate q and k by position x frequency, under a scaling method.
+
+The frequencies are fixed buffers (`Frozen`) computed by `rope_lab.model.rope.inv_freq`, so swapping
+them for another scaling method at evaluation (`with_rope_scaling`) does not recompile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array
+
+from rope_lab.config import ConfigError, ModelConfig, Params, thaw
+from rope_lab.model import rope
+from rope_lab.model.positions.base import EncodingConfig, Frozen, PositionEncoding, known_scaling
+from rope_lab.registry import POSITIONS
+
+
+class RotaryPE(PositionEncoding):
+    """Rotary embedding in the half-split layout, with swappable frequencies."""
+
+    inv_freq: Frozen
+    attention_factor: Frozen
+
+    def __init__(self, inv_freq: np.ndarray, attention_factor: float):
+        self.inv_freq = Frozen(jnp.asarray(inv_freq, jnp.float32))
+        self.attention_factor = Frozen(jnp.asarray(attention_factor, jnp.float32))
+
+    def rotate(self, q: Array, k: Array, positions: Array) -> tuple[Array, Array]:
+        """Rotate the first rotary_dim dims of q and k (L, H, Dh) by position x frequency."""
+        inv_freq, factor = self.inv_freq.get(), self.attention_factor.get()
+        return (
+            rope.apply_rotary(q, positions, inv_freq, factor),
+            rope.apply_rotary(k, positions, inv_freq, factor),
+        )
+
+
+@POSITIONS.register("rope")
+@dataclass(frozen=True)
+class RopeConfig(EncodingConfig):
+    """RoPE used in training: base `theta`, rotated fraction of each head, training-time scaling
+    (`scaling` at `factor`, with that method's `params`)."""
+
+    theta: float = 10000.0
+    rotary_fraction: float = 1.0
+    scaling: str = "default"
+    factor: float = 1.0
+    params: Params = ()
+
+    label = "RoPE"
+    order = 4
+    color = "#d62728"
+    hooks = frozenset({"rotate"})
+    supports_scaling = True
+
+    def build(self, model, *, max_length, train_length, key) -> RotaryPE:
+        """Frequencies of the training-time scaling at the training length."""
+        return RotaryPE(*rope_frequencies(model, train_length))
+
+    def with_scaling(
+        self, encoding, model, *, train_length, kind, factor, params, seq_len
+    ) -> RotaryPE:
+        """The same rotary encoding with the frequencies of `kind` at `factor` and `seq_len`,
+        `train_length` the original length (same array shapes: no recompilation)."""
+        assert isinstance(encoding, RotaryPE)
+        inv, attention_factor = rope_frequencies(
+            model, train_length, kind=kind, factor=factor, params=params, seq_len=seq_len
+        )
+        return with_rope_scaling(encoding, inv, attention_factor)
+
+    def slug(self) -> str:
+        """'-linear2' for a model trained under a scaling method, else ''."""
+        return "" if self.scaling == "default" else f"-{self.scaling}{self.factor:g}"
+
+    def check(self, trial, path) -> None:
+        """Rotated dims, the training-time scaling and every evaluation scaling are valid."""
+        super().check(trial, path)
+        m, ev, length = trial.model, trial.eval, trial.train.length
+        if self.theta <= 0:
+            raise ConfigError(f"{path}.theta: must be > 0, got {self.theta!r}")
+        if not 0 < self.rotary_fraction <= 1:
+            raise ConfigError(
+                f"{path}.rotary_fraction: must be in (0, 1], got {self.rotary_fraction!r}"
+            )
+        dim = rotary_dim_of(m)
+        if dim < 2:
+            raise ConfigError(
+                f"{path}.rotary_fraction: rotates {dim} dims of head_dim={m.d_head}; "
+                "need at least 2"
+            )
+        check_scaling(self.scaling, dim, self.factor, length, thaw(self.params), path)
+        for i, method in enumerate(ev.methods):
+            for factor in ev.factors:
+                check_scaling(
+                    method, dim, factor, length, ev.params_for(method), f"eval.methods[{i}]"
+                )
+
+
+def check_scaling(kind: str, rotary_dim: int, factor: float, length: int, params: dict, path: str):
+    """ConfigError naming `path` unless `kind` at `factor` is a valid scaling for the model."""
+    known_scaling(kind, path)
+    try:
+        rope.validate_scaling(
+            kind, max(rotary_dim, 2), factor=factor, original_length=length, **params
+        )
+    except ValueError as err:
+        raise ConfigError(f"{path} ({kind}, factor {factor:g}): {err}") from None
+
+
+def rotary_dim_of(m: ModelConfig) -> int:
+    """Rotated dimensions per head: rotary_fraction x head_dim, rounded down to even."""
+    return int(m.d_head * m.position.rope.rotary_fraction) // 2 * 2
+
+
+def rope_frequencies(
+    cfg: ModelConfig,
+    train_length: int,
+    *,
+    kind: str | None = None,
+    factor: float | None = None,
+    params: dict | None = None,
+    seq_len: int | None = None,
+) -> tuple[np.ndarray, float]:
+    """(rotary_dim // 2,) inverse frequencies and attention factor for a model config.
+
+    Defaults to the training-time scaling; `kind`/`factor`/`params` override it (evaluation
+    under another method), with `train_length` as the original length.
+    """
+    r = cfg.position.rope
+    if kind is None:
+        kind, factor, params = r.scaling, r.factor, thaw(r.params)
+    return rope.inv_freq(
+        kind,
+        rotary_dim_of(cfg),
+        theta=r.theta,
+        factor=1.0 if factor is None else factor,
+        original_length=train_length,
+        seq_len=seq_len if seq_len is not None else train_length,
+        **(params or {}),
+    )
+
+
+def with_rope_scaling(encoding: RotaryPE, inv_freq: np.ndarray, attention_factor: float):
+    """The same rotary encoding with new frequencies (same shapes: no recompilation).
+
+    The new arrays are placed like the old ones: a compiled program is keyed on its arguments'
+    shardings too, so an uncommitted array in place of a committed one would recompile it."""
+    old = (encoding.inv_freq.value, encoding.attention_factor.value)
+    new = [jnp.asarray(x, jnp.float32) for x in (inv_freq, attention_factor)]
+    new = [_placed_like(x, o) for x, o in zip(new, old, strict=True)]
+    return eqx.tree_at(lambda e: (e.inv_freq.value, e.attention_factor.value), encoding, new)
+
+
+def _placed_like(new: Array, old: Array) -> Array:
+    if isinstance(old, jax.core.Tracer) or not isinstance(old, jax.Array):
+        return new
+    return jax.device_put(new, old.sharding) if old.committed else new

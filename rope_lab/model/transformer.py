@@ -1,0 +1,522 @@
+"""Decoder-only causal Transformer in Equinox, with position-encoding hooks.
+
+`model(tokens (L,), positions (L,) | None) -> logits (L, V)`; a batch (B, L) gives (B, L, V),
+equal to `jax.vmap` over the sequences. Blocks are stacked along a leading axis and run with
+`jax.lax.scan`, unrolled up to `MAX_UNROLL` blocks (faster on CPU); past that compile time does
+not grow with depth.
+
+Speed (see `benchmarks/train_step.py`): a batch runs every dense layer as one (B L, D) matmul
+(`dense`) and vmaps only attention; vmapped over whole sequences, XLA:CPU contracts each weight
+gradient over two axes (batch, length) through a transposed copy of the output cotangent (train
+step 1.07x / 1.10x faster batched at width 256 / 512). q, k, v and the SwiGLU gate and up
+projections each run as one matmul against their weights concatenated at call time (the
+parameter tree is unchanged); `lax.split` (not slicing) separates the outputs, so the backward
+pass concatenates the parts instead of summing zero-padded copies. Attention runs on
+heads-major (H, L, Dh) operands through `rope_lab.model.attention` (`model.attention`: the reference
+query blocks over their causal key prefix at short lengths on CPU, the blocked online-softmax
+kernel with linear memory beyond, cuDNN on GPU where it applies).
+
+Parametrisations (`sp`, `ntk`, `mup`) differ in init scale, forward multipliers, the attention
+logit scale and per-group learning-rate multipliers (`lr_multipliers`):
+
+| weight       | sp init var  | ntk: init var 1, forward x | mup (Tensor Programs V, Adam)       |
+| embeddings   | 1            | 1                          | 1, lr x 1                           |
+| hidden W     | 1/fan_in     | 1/sqrt(fan_in)             | 1/fan_in, lr x base_width/width     |
+| readout      | 1/fan_in     | 1/sqrt(fan_in)             | zero init, lr x base_width/width    |
+| attention    | 1/sqrt(d)    | 1/sqrt(d)                  | 8/d (= 1/sqrt(d) at d = 64)         |
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int, PRNGKeyArray
+
+from rope_lab.config import LayerConfig, ModelConfig
+from rope_lab.model.attention import attend, visible_keys
+from rope_lab.model.positions import Frozen, PositionEncoding, make_position_encoding
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+# Blocks unrolled per scan iteration: all of them up to this depth, then a loop over groups of this
+# many (compile time stays flat with depth; fully unrolled is ~8% faster per step at depth 4).
+MAX_UNROLL = 8
+DEFAULT_LAYER = LayerConfig()  # full causal attention, the model-wide encoding
+
+
+class Linear(eqx.Module):
+    """y = multiplier * x @ W.T, no bias; W has shape (out, in)."""
+
+    weight: Float[Array, "out in"]
+    multiplier: float = eqx.field(static=True)
+
+    def __init__(self, fan_in: int, fan_out: int, *, init_std: float, multiplier: float, key):
+        self.weight = init_std * jax.random.normal(key, (fan_out, fan_in))
+        self.multiplier = multiplier
+
+    def __call__(self, x: Float[Array, "... in"]) -> Float[Array, "... out"]:
+        """Apply to the last axis."""
+        y = dense(x, self.weight.astype(x.dtype))
+        return y * self.multiplier if self.multiplier != 1.0 else y
+
+
+def dense(x: Float[Array, "... in"], weight: Float[Array, "out in"]) -> Float[Array, "... out"]:
+    """x @ weight.T as one 2-D matmul over the leading axes of x collapsed into one.
+
+    With one collapsed token axis the weight gradient contracts a single axis; with separate
+    (batch, length) axes XLA:CPU first copies the output cotangent into a transposed layout.
+    """
+    y = x.reshape(-1, x.shape[-1]) @ weight.T
+    return y.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def fused_linear(x: Float[Array, "... in"], *layers: Linear) -> list[Float[Array, "... out_i"]]:
+    """The outputs of several Linears of the same input (..., in), from one matmul.
+
+    Weights (out_i, in) are concatenated to (sum out_i, in) at call time, so the parameters stay
+    separate leaves; each output (..., out_i) gets its own layer's multiplier.
+    """
+    weight = jnp.concatenate([layer.weight for layer in layers]).astype(x.dtype)
+    y = dense(x, weight)
+    # lax.split, not slicing: its transpose is one concatenate, where slices transpose to a
+    # zero-padded copy of the whole output per part, summed.
+    parts = jax.lax.split(y, [layer.weight.shape[0] for layer in layers], axis=y.ndim - 1)
+    return [
+        part * layer.multiplier if layer.multiplier != 1.0 else part
+        for part, layer in zip(parts, layers, strict=True)
+    ]
+
+
+def _linear(cfg: ModelConfig, fan_in: int, fan_out: int, key, *, readout: bool = False) -> Linear:
+    if cfg.parametrization == "ntk":
+        return Linear(fan_in, fan_out, init_std=1.0, multiplier=fan_in**-0.5, key=key)
+    if cfg.parametrization == "mup" and readout:
+        return Linear(fan_in, fan_out, init_std=0.0, multiplier=1.0, key=key)
+    return Linear(fan_in, fan_out, init_std=fan_in**-0.5, multiplier=1.0, key=key)
+
+
+class Norm(eqx.Module):
+    """LayerNorm (with bias) or RMSNorm over the last axis."""
+
+    weight: Float[Array, " D"]
+    bias: Float[Array, " D"] | None
+    eps: float = eqx.field(static=True, default=1e-5)
+
+    def __init__(self, width: int, kind: str):
+        self.weight = jnp.ones((width,))
+        self.bias = jnp.zeros((width,)) if kind == "layernorm" else None
+
+    def __call__(self, x: Float[Array, "L D"]) -> Float[Array, "L D"]:
+        """Normalise in float32, return in x's dtype."""
+        h = x.astype(jnp.float32)
+        if self.bias is not None:
+            h = h - h.mean(-1, keepdims=True)
+        h = h * jax.lax.rsqrt((h * h).mean(-1, keepdims=True) + self.eps)
+        lead = (1,) * (h.ndim - 1)
+        h = h * self.weight.reshape(*lead, -1)
+        if self.bias is not None:
+            h = h + self.bias.reshape(*lead, -1)
+        return h.astype(x.dtype)
+
+
+class Attention(eqx.Module):
+    """Causal multi-head self-attention with rotation and bias hooks, and optional attention
+    temperature (`row_scale`): Scalable-Softmax's learned s_h log(n), a layer kind's Llama 4
+    query scaling, and a model-wide zero-shot temperature."""
+
+    q: Linear
+    k: Linear
+    v: Linear
+    o: Linear
+    ssmax: Float[Array, " H"] | None  # Scalable-Softmax's s per head (model.scalable_softmax)
+    heads: int = eqx.field(static=True)
+    scale: float = eqx.field(static=True)
+    implementation: str = eqx.field(static=True)
+
+    def __init__(self, cfg: ModelConfig, *, train_length: int, key: PRNGKeyArray):
+        kq, kk, kv, ko = jax.random.split(key, 4)
+        self.q = _linear(cfg, cfg.width, cfg.width, kq)
+        self.k = _linear(cfg, cfg.width, cfg.width, kk)
+        self.v = _linear(cfg, cfg.width, cfg.width, kv)
+        self.o = _linear(cfg, cfg.width, cfg.width, ko)
+        s0 = 1.0 / math.log(max(train_length, 2))
+        self.ssmax = jnp.full((cfg.n_heads,), s0, jnp.float32) if cfg.scalable_softmax else None
+        self.heads = cfg.n_heads
+        d = cfg.d_head
+        self.scale = 8.0 / d if cfg.parametrization == "mup" else 1.0 / math.sqrt(d)
+        self.implementation = cfg.attention
+
+    def row_scale(
+        self,
+        positions: Int[Array, "*B L"],
+        layer: LayerConfig,
+        temperature: float,
+        index: Int[Array, " L"] | None = None,
+    ) -> Float[Array, "*B H L"] | None:
+        """Each query's logit multiplier (broadcastable to (*B, H, L)), or None for 1. `index`:
+        the queries' sequence indices (default 0..L-1; decoding passes the cached length)."""
+        shape = (*positions.shape[:-1], self.heads, positions.shape[-1])
+        factors = []
+        if temperature != 1.0:
+            factors.append(jnp.full(shape, temperature, jnp.float32))
+        if layer.attn_scale:
+            p = positions.astype(jnp.float32)
+            llama4 = 1.0 + layer.attn_scale * jnp.log1p(jnp.floor((p + 1.0) / layer.floor_scale))
+            factors.append(jnp.broadcast_to(jnp.expand_dims(llama4, -2), shape))
+        if self.ssmax is not None:
+            index = jnp.arange(positions.shape[-1]) if index is None else index
+            n = (index + 1).astype(jnp.float32)  # keys a query sees
+            if layer.window is not None:
+                n = jnp.minimum(n, layer.window)
+            factors.append(jnp.broadcast_to(self.ssmax[:, None] * jnp.log(n)[None, :], shape))
+        out = None
+        for factor in factors:
+            out = factor if out is None else out * factor
+        return out
+
+    def _split(self, t: Array) -> Float[Array, "L H Dh"]:
+        length, width = t.shape
+        return t.reshape(length, self.heads, width // self.heads)
+
+    def _rotated(
+        self, q: Array, k: Array, positions: Array, encoding: PositionEncoding
+    ) -> tuple[Float[Array, "H L Dh"], Float[Array, "H L Dh"]]:
+        q, k = encoding.rotate(self._split(q), self._split(k), positions)
+        # Heads-major (H, L, Dh) operands: both attention matmuls are plain batched matmuls.
+        return q.transpose(1, 0, 2), k.transpose(1, 0, 2)
+
+    def logits(
+        self,
+        x: Float[Array, "L D"],
+        positions: Array,
+        encoding: PositionEncoding,
+        layer: LayerConfig = DEFAULT_LAYER,
+        temperature: float = 1.0,
+    ) -> Float[Array, "H L L"]:
+        """Unmasked attention logits in float32: rotation, bias and row scale included."""
+        q, k = fused_linear(x, self.q, self.k)
+        q, k = self._rotated(q, k, positions, encoding)
+        logits = jnp.einsum("hqd,hkd->hqk", q, k).astype(jnp.float32) * self.scale
+        bias = encoding.bias(positions, positions)
+        logits = logits if bias is None else logits + bias
+        term = encoding.contextual_bias(q, logits, visible_keys(positions.shape[-1], layer.window))
+        logits = logits if term is None else logits + term
+        rows = self.row_scale(positions, layer, temperature)
+        return (
+            logits if rows is None else logits * jnp.broadcast_to(rows, logits.shape[:2])[..., None]
+        )
+
+    def project(
+        self, x: Float[Array, "*B L D"], positions: Int[Array, "*B L"], encoding: PositionEncoding
+    ) -> tuple[Float[Array, "*B H L Dh"], Float[Array, "*B H L Dh"], Float[Array, "*B H L Dh"]]:
+        """Queries and keys rotated by the encoding, and values, heads-major (*B, H, L, Dh)."""
+        q, k, v = fused_linear(x, self.q, self.k, self.v)
+        rotate = lambda q, k, p: self._rotated(q, k, p, encoding)
+        for _ in range(x.ndim - 2):
+            rotate = jax.vmap(rotate)
+        q, k = rotate(q, k, positions)
+        return q, k, jnp.swapaxes(v.reshape(*v.shape[:-1], self.heads, -1), -3, -2)
+
+    def __call__(
+        self,
+        x: Float[Array, "*B L D"],
+        positions: Int[Array, "*B L"],
+        encoding: PositionEncoding,
+        layer: LayerConfig = DEFAULT_LAYER,
+        temperature: float = 1.0,
+    ) -> Float[Array, "*B L D"]:
+        """Attend causally over the sequence index (not over position values), within the
+        layer kind's window.
+
+        The projections run on all sequences at once; rotation runs per sequence (vmapped),
+        attention by `rope_lab.model.attention.attend` with the model's `attention` implementation.
+        """
+        q, k, v = self.project(x, positions, encoding)
+        out = attend(
+            q,
+            k,
+            v,
+            positions,
+            encoding,
+            scale=self.scale,
+            implementation=self.implementation,
+            window=layer.window,
+            row_scale=self.row_scale(positions, layer, temperature),
+        )
+        out = jnp.swapaxes(out, -3, -2)
+        return self.o(out.reshape(*out.shape[:-2], -1))
+
+
+class MLP(eqx.Module):
+    """GELU MLP or SwiGLU."""
+
+    up: Linear
+    down: Linear
+    gate: Linear | None
+
+    def __init__(self, cfg: ModelConfig, *, key: PRNGKeyArray):
+        ku, kd, kg = jax.random.split(key, 3)
+        self.up = _linear(cfg, cfg.width, cfg.d_mlp, ku)
+        self.down = _linear(cfg, cfg.d_mlp, cfg.width, kd)
+        self.gate = _linear(cfg, cfg.width, cfg.d_mlp, kg) if cfg.mlp == "swiglu" else None
+
+    def __call__(self, x: Float[Array, "*B L D"]) -> Float[Array, "*B L D"]:
+        """Position-wise feed-forward."""
+        if self.gate is None:
+            return self.down(jax.nn.gelu(self.up(x)))
+        gate, up = fused_linear(x, self.gate, self.up)
+        return self.down(jax.nn.silu(gate) * up)
+
+
+class Block(eqx.Module):
+    """Pre-norm residual block: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    attn_norm: Norm
+    attn: Attention
+    mlp_norm: Norm
+    mlp: MLP
+
+    def __init__(self, cfg: ModelConfig, *, train_length: int, key: PRNGKeyArray):
+        ka, km = jax.random.split(key)
+        self.attn_norm = Norm(cfg.width, cfg.norm)
+        self.attn = Attention(cfg, train_length=train_length, key=ka)
+        self.mlp_norm = Norm(cfg.width, cfg.norm)
+        self.mlp = MLP(cfg, key=km)
+
+    def __call__(
+        self,
+        x: Array,
+        positions: Array,
+        encoding: PositionEncoding,
+        layer: LayerConfig = DEFAULT_LAYER,
+        temperature: float = 1.0,
+    ) -> Array:
+        """(*B, L, D) -> (*B, L, D) with positions (*B, L), as a layer of kind `layer`."""
+        x = x + self.attn(self.attn_norm(x), positions, encoding, layer, temperature)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Transformer(eqx.Module):
+    """Embedding, position encoding, `depth` stacked blocks, final norm, untied readout.
+
+    Block l is of layer kind `config.pattern[l % P]` (P kinds): its window and query scaling,
+    and its encoding `layer_positions[l % P]` (None: the model-wide `position`, whose `embed`
+    hook alone adds to the input). `temperature` multiplies every attention logit (1 in
+    training; the zero-shot log-length temperature at evaluation, `with_temperature`).
+    """
+
+    embedding: Float[Array, "V D"]
+    position: PositionEncoding
+    layer_positions: tuple[PositionEncoding | None, ...]
+    blocks: Block  # every array leaf has a leading (depth,) axis
+    final_norm: Norm
+    head: Linear
+    config: ModelConfig = eqx.field(static=True)
+    train_length: int = eqx.field(static=True)
+    temperature: float = eqx.field(static=True, default=1.0)
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        vocab_size: int,
+        *,
+        train_length: int,
+        max_length: int,
+        key: PRNGKeyArray,
+    ):
+        ke, kp, kb, kh = jax.random.split(key, 4)
+        self.embedding = jax.random.normal(ke, (vocab_size, cfg.width))
+        self.position = make_position_encoding(
+            cfg, max_length=max_length, train_length=train_length, key=kp
+        )
+        self.layer_positions = tuple(
+            None
+            if layer.position is None
+            else make_position_encoding(
+                cfg.with_position(layer.position),
+                max_length=max_length,
+                train_length=train_length,
+                key=jax.random.fold_in(kp, i + 1),
+            )
+            for i, layer in enumerate(cfg.layers)
+        )
+        self.blocks = eqx.filter_vmap(lambda k: Block(cfg, train_length=train_length, key=k))(
+            jax.random.split(kb, cfg.depth)
+        )
+        self.final_norm = Norm(cfg.width, cfg.norm)
+        self.head = _linear(cfg, cfg.width, vocab_size, kh, readout=True)
+        self.config = cfg
+        self.train_length = train_length
+
+    def __call__(
+        self, tokens: Int[Array, "*B L"], positions: Int[Array, "*B L"] | None = None
+    ) -> Float[Array, "*B L V"]:
+        """Logits (*B, L, V) for tokens (*B, L) at positions (*B, L) or (L,) (default 0..L-1),
+        in float32. A batch (B, L) runs its dense layers as (B L, D) matmuls, which trains
+        faster than `jax.vmap` over sequences; the result is the same."""
+        positions = _default_positions(tokens, positions)
+        x = self.embed(tokens, positions)
+        pattern = self.config.pattern
+        params, static = eqx.partition(self.blocks, eqx.is_array)
+        # (depth, ...) -> (repeats, P, ...): one scan step runs the pattern's P kinds in turn
+        params = jax.tree.map(lambda a: a.reshape(-1, len(pattern), *a.shape[1:]), params)
+
+        def repeat(h, pattern_params):
+            for i, kind in enumerate(pattern):
+                block = eqx.combine(jax.tree.map(lambda a, i=i: a[i], pattern_params), static)
+                h = block(h, positions, self.encoding_of(i), kind, self.temperature)
+            return h, None
+
+        repeats = self.config.depth // len(pattern)
+        unroll = min(repeats, max(1, MAX_UNROLL // len(pattern)))
+        x, _ = jax.lax.scan(repeat, x, params, unroll=unroll)
+        return self.head(self.final_norm(x)).astype(jnp.float32)
+
+    def encoding_of(self, kind: int) -> PositionEncoding:
+        """The position encoding of layer kind `kind` (an index into `config.pattern`)."""
+        own = self.layer_positions[kind] if self.layer_positions else None
+        return self.position if own is None else own
+
+    def embed(
+        self, tokens: Int[Array, "*B L"], positions: Int[Array, "*B L"]
+    ) -> Float[Array, "*B L D"]:
+        """Token embeddings plus any additive position embedding, in the compute dtype."""
+        x = self.embedding[tokens]
+        pe = self.position.embed(positions)
+        if pe is not None:
+            x = x + pe
+        return x.astype(DTYPES[self.config.dtype])
+
+    def attention_logits(
+        self, tokens: Int[Array, " L"], positions: Int[Array, " L"] | None = None
+    ) -> Float[Array, "H L L"]:
+        """Unmasked attention logits (H, L, L) of the first layer."""
+        positions = _default_positions(tokens, positions)
+        first = jax.tree.map(lambda x: x[0] if eqx.is_array(x) else x, self.blocks)
+        h = first.attn_norm(self.embed(tokens, positions))
+        kind = self.config.pattern[0]
+        return first.attn.logits(h, positions, self.encoding_of(0), kind, self.temperature)
+
+    @property
+    def vocab_size(self) -> int:
+        """Output vocabulary size."""
+        return self.embedding.shape[0]
+
+
+def _default_positions(tokens: Array, positions: Array | None) -> Array:
+    """Positions broadcast to tokens' shape (*B, L); None: 0..L-1."""
+    if positions is None:
+        positions = jnp.arange(tokens.shape[-1], dtype=jnp.int32)
+    return jnp.broadcast_to(positions, tokens.shape)
+
+
+def trainable(model: eqx.Module) -> eqx.Module:
+    """Filter spec: True for trainable inexact arrays, False for Frozen buffers and the rest."""
+    is_frozen = lambda x: isinstance(x, Frozen)
+    return jax.tree.map(
+        lambda x: False if is_frozen(x) else eqx.is_inexact_array(x), model, is_leaf=is_frozen
+    )
+
+
+def count_params(model: eqx.Module) -> int:
+    """Number of trainable scalars."""
+    params = eqx.filter(model, trainable(model))
+    return sum(x.size for x in jax.tree.leaves(params))
+
+
+def count_non_embedding_params(model: Transformer) -> int:
+    """Trainable scalars less the embeddings (Kaplan et al. 2020's and Hoffmann et al. 2022's N):
+    `count_params` minus the token embedding (V, D), the readout (V, D; this model never ties
+    it to the embedding) and a trained table the model-wide encoding adds to the input (the
+    learned encoding's (max_length, D); sinusoidal tables are frozen, so nothing)."""
+    embeddings = model.embedding.size + model.head.weight.size
+    if "embed" in model.config.position.options.hooks:
+        embeddings += count_params(model.position)
+    return count_params(model) - embeddings
+
+
+def _per_leaf(model: eqx.Module, linear_weight, other) -> eqx.Module:
+    """Pytree shaped like the trainable params: `linear_weight` on Linear weights, else `other`."""
+    params = eqx.filter(model, trainable(model))
+    is_linear = lambda x: isinstance(x, Linear)
+
+    def value(x):
+        return eqx.tree_at(lambda lin: lin.weight, x, linear_weight) if is_linear(x) else other
+
+    return jax.tree.map(value, params, is_leaf=is_linear)
+
+
+def lr_multipliers(model: Transformer) -> eqx.Module:
+    """Per-leaf learning-rate multipliers (muP: hidden and readout weights x base/width)."""
+    cfg = model.config
+    ratio = cfg.base_width / cfg.width if cfg.parametrization == "mup" else 1.0
+    return _per_leaf(model, ratio, 1.0)
+
+
+def decay_mask(model: Transformer) -> eqx.Module:
+    """True for weight matrices of Linear layers (decayed); embeddings, tables, norms: False."""
+    return _per_leaf(model, True, False)
+
+
+def with_scaling(
+    model: Transformer,
+    kind: str,
+    factor: float,
+    params: dict | None = None,
+    *,
+    seq_len: int | None = None,
+) -> Transformer:
+    """The same model with its position encodings under a scaling method at seq_len (RoPE's
+    frequencies recomputed; dynamic scaling depends on `seq_len`).
+
+    Only encodings that `supports_scaling` change, and in a layer layout only the layer kinds
+    with `eval_scaling` (the others keep the trained frequencies).
+    """
+    cfg = model.config
+    if not cfg.supports_scaling:
+        return model
+
+    def scaled(encoding: PositionEncoding, position) -> PositionEncoding:
+        if not position.options.supports_scaling:
+            return encoding
+        return position.options.with_scaling(
+            encoding,
+            cfg.with_position(position),
+            train_length=model.train_length,
+            kind=kind,
+            factor=factor,
+            params=params,
+            seq_len=seq_len,
+        )
+
+    if not cfg.layers:
+        return eqx.tree_at(lambda m: m.position, model, scaled(model.position, cfg.position))
+    layer_positions = tuple(
+        model.encoding_of(i)
+        if not layer.eval_scaling
+        else scaled(model.encoding_of(i), cfg.layer_position(layer))
+        for i, layer in enumerate(cfg.layers)
+    )
+    # the model-wide encoding keeps embedding the input; layers that use it get their own copy
+    return eqx.tree_at(lambda m: m.layer_positions, model, layer_positions)
+
+
+def with_temperature(model: Transformer, temperature: float) -> Transformer:
+    """The same model with every attention logit multiplied by `temperature` (bias included).
+
+    The zero-shot log-length temperature at length L is `log_length_temperature(L, L_train)`.
+    """
+    out = copy.copy(model)
+    object.__setattr__(out, "temperature", float(temperature))  # a static field
+    return out
+
+
+def log_length_temperature(length: int, train_length: int) -> float:
+    """max(1, log L / log L_train): the logit multiplier that keeps attention entropy roughly
+    constant past the training length (1 at and below it)."""
+    if length <= train_length or train_length < 2:
+        return 1.0
+    return math.log(length) / math.log(train_length)

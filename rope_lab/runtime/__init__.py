@@ -1,0 +1,1 @@
+"""Process plumbing: atomic writes, the glibc allocator settings, XLA options, phase timing."""

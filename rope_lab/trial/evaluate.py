@@ -1,0 +1,384 @@
+"""Length-extrapolation evaluation: metrics per length and per position bucket, under each RoPE
+scaling method and factor (zero-shot, dynamic recomputed at every length; optionally after a
+short fine-tune at the target length) and under the zero-shot log-length attention temperature
+(any encoding, its multiplier recomputed at every length), and the text table. The
+extrapolation summary of a trial's rows is `rope_lab.analysis.query.extrapolation_summary`'s.
+
+Rows are plain dicts with the `eval` table's columns: step, method, factor, finetune_steps,
+length, loss, perplexity, accuracy, exact_match, position_bucket (None for whole sequences),
+sequences_per_forward (the evaluation batch is split to fit `eval.memory_budget_mb`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Int
+
+from rope_lab.config import TrialConfig, thaw
+from rope_lab.model.memory import sequences_per_forward
+from rope_lab.model.positions import batch_positions
+from rope_lab.model.transformer import (
+    Transformer,
+    log_length_temperature,
+    with_scaling,
+    with_temperature,
+)
+from rope_lab.runtime.xla_options import FEW_CALLS
+from rope_lab.tasks import Batch, Task
+from rope_lab.tasks.text_lm import text_windows
+from rope_lab.trial.objective import token_losses
+from rope_lab.trial.scaling_plan import (
+    NO_SCALING,
+    TEMPERATURE,
+    Scaling,
+    fine_tuned,
+    finetune_scalings,
+    scalings_for,
+)
+from rope_lab.trial.train import train  # fine-tuning
+
+
+def _draw(
+    task: Task, operands, keys, batch_size: int, length: int, cfg: TrialConfig
+) -> tuple[Batch, Int[Array, "B L"]]:
+    """One evaluation batch at `length` from keys (2, key) = split(batch key): (B, L)
+    tokens/targets/mask and (B, L) positions."""
+    batch = task.sample_from(operands, batch_size, length, key=keys[0])
+    return batch, batch_positions(cfg, key=keys[1], batch_size=batch_size, length=length)
+
+
+def _sums(model: Transformer, batch: Batch, positions: Int[Array, "B P"]):
+    """Per-position loss sums, correct and scored counts (each (P,)), exact-match and scored
+    sequence counts (scalars) of one batch; unscored (mask False) slots contribute nothing."""
+    losses, correct = token_losses(model, batch, positions)
+    mask = batch.mask
+    per_position = (
+        jnp.sum(jnp.where(mask, losses, 0.0), axis=0),
+        jnp.sum(mask & correct, axis=0),
+        jnp.sum(mask, axis=0),
+    )
+    exact = jnp.all(correct | ~mask, axis=1) & jnp.any(mask, axis=1)
+    return per_position, jnp.sum(exact), jnp.sum(jnp.any(mask, axis=1))
+
+
+@eqx.filter_jit(compiler_options=FEW_CALLS)  # type: ignore[call-overload]
+def _batch_sums(model: Transformer, task: Task, operands, key, batch_size: int, length: int, cfg):
+    """Sampling and forward at `length` in one program (one compilation per length)."""
+    return _sums(model, *_draw(task, operands, jax.random.split(key), batch_size, length, cfg))
+
+
+@eqx.filter_jit(compiler_options=FEW_CALLS)  # type: ignore[call-overload]
+def _drawn_batch(
+    task: Task, operands, keys, batch_size: int, length: int, cfg, padded_length: int
+) -> tuple[Batch, Int[Array, "B P"]]:
+    """The batch and positions of `_batch_sums` at `length`, padded on the right to
+    `padded_length` P (P = length: no padding): token and target 0, mask False, positions
+    repeating the last real one.
+
+    Pad slots are unscored and, the model being causal, change no real slot's logits, so any
+    valid position is exact; repeating the last real one (rather than continuing p+1, p+2, ...)
+    stays inside the range the encoding already handles at this length, e.g. a learned table's
+    `max_length` rows, which continuing after randomized positions could overrun."""
+    batch, positions = _draw(task, operands, keys, batch_size, length, cfg)
+    pad = ((0, 0), (0, padded_length - length))
+    padded = Batch(
+        tokens=jnp.pad(batch.tokens, pad),
+        targets=jnp.pad(batch.targets, pad),
+        mask=jnp.pad(batch.mask, pad),
+    )
+    return padded, jnp.pad(positions, pad, mode="edge")
+
+
+@eqx.filter_jit(compiler_options=FEW_CALLS)  # type: ignore[call-overload]
+def _forward_sums(model: Transformer, batch: Batch, positions: Int[Array, "B P"]):
+    """`_sums` as a forward program of its own: compiled once per model structure and (B, P),
+    shared by every RoPE scaling (only arrays change), every length under
+    `eval.pad_to_longest`, and every sub-batch of a batch split by the memory budget. A
+    temperature t != 1 is static (`with_temperature`), so each such length compiles its own."""
+    return _sums(model, batch, positions)
+
+
+def _split_sums(model: Transformer, batch: Batch, positions: Array, chunk: int):
+    """`_sums` of a (B, P) batch as B / chunk sub-batches of `chunk` sequences, added up."""
+    total = None
+    for start in range(0, batch.tokens.shape[0], chunk):
+        part = jax.tree.map(lambda x, start=start: x[start : start + chunk], (batch, positions))
+        sums = _forward_sums(model, *part)
+        total = sums if total is None else jax.tree.map(jnp.add, total, sums)
+    return total
+
+
+def evaluate_length(
+    model: Transformer, task: Task, cfg: TrialConfig, length: int, *, key
+) -> dict[str, np.ndarray | float]:
+    """Per-position loss sums, correct counts and scored counts (each (L,)) plus exact match
+    and `sequences_per_forward`.
+
+    With `eval.pad_to_longest` the batches (drawn exactly as without it) are padded to the
+    longest evaluated length and run through one forward program shared by all lengths; the
+    model is causal, so the padding changes no real position's loss and is cut off here. A
+    batch whose forward exceeds `eval.memory_budget_mb` runs as sub-batches that fit (drawn
+    whole, so the numbers do not change)."""
+    ev = cfg.eval
+    if ev.text_protocol != "random":
+        return _window_sums(model, task, cfg, length, key=key)
+    loss_sum = np.zeros(length)
+    correct = np.zeros(length)
+    count = np.zeros(length)
+    exact = n_seq = 0.0
+    operands = task.operands("eval")
+    padded_length = max(length, *cfg.eval_lengths) if ev.pad_to_longest else length
+    chunk = sequences_per_forward(cfg, padded_length)
+    for b in range(ev.batches):
+        batch_key = jax.random.fold_in(key, b)
+        if ev.pad_to_longest or chunk < ev.batch_size:
+            # The key split runs outside the per-length program: one less threefry to compile.
+            keys = jax.random.split(batch_key)
+            batch, positions = _drawn_batch(
+                task, operands, keys, ev.batch_size, length, cfg, padded_length
+            )
+            (ls, cs, ns), ex, nq = _split_sums(model, batch, positions, chunk)
+        else:
+            (ls, cs, ns), ex, nq = _batch_sums(
+                model, task, operands, batch_key, ev.batch_size, length, cfg
+            )
+        loss_sum += np.asarray(ls, np.float64)[:length]
+        correct += np.asarray(cs, np.float64)[:length]
+        count += np.asarray(ns, np.float64)[:length]
+        exact += float(ex)
+        n_seq += float(nq)
+    return {
+        "loss_sum": loss_sum,
+        "correct": correct,
+        "count": count,
+        "exact_match": exact / max(n_seq, 1.0),
+        "sequences_per_forward": chunk,
+    }
+
+
+def _window_sums(
+    model: Transformer, task: Task, cfg: TrialConfig, length: int, *, key
+) -> dict[str, np.ndarray | float]:
+    """`evaluate_length` under `eval.text_protocol` `nonoverlapping` or `sliding`: every window
+    of the whole held-out text (`text_windows`, stride min(`text_stride` or L_train, L)), in
+    groups of `eval.batch_size` sequences (the last group padded with unscored rows, so one
+    program serves all groups of a length). `eval.pad_to_longest` is not applied: a text of n
+    bytes is n / L windows at length L, so padding every window to the longest length would
+    multiply the work at the short lengths (6x over 0.5x..8x) to save a few compilations."""
+    ev = cfg.eval
+    (data,) = task.operands("eval")
+    stride = min(ev.text_stride or cfg.train.length, length)
+    tokens, targets, mask = text_windows(np.asarray(data), length, ev.text_protocol, stride)
+    rows = -(-tokens.shape[0] // ev.batch_size) * ev.batch_size
+    pad = ((0, rows - tokens.shape[0]), (0, 0))
+    tokens, targets, mask = (np.pad(a, pad) for a in (tokens, targets, mask))
+    chunk = sequences_per_forward(cfg, length)
+    loss_sum, correct, count = np.zeros(length), np.zeros(length), np.zeros(length)
+    for g, start in enumerate(range(0, rows, ev.batch_size)):
+        part = slice(start, start + ev.batch_size)
+        batch = Batch(
+            tokens=jnp.asarray(tokens[part]),
+            targets=jnp.asarray(targets[part]),
+            mask=jnp.asarray(mask[part]),
+        )
+        positions = batch_positions(
+            cfg, batch_size=ev.batch_size, length=length, key=jax.random.fold_in(key, g)
+        )
+        (ls, cs, ns), _, _ = _split_sums(model, batch, positions, chunk)
+        loss_sum += np.asarray(ls, np.float64)[:length]
+        correct += np.asarray(cs, np.float64)[:length]
+        count += np.asarray(ns, np.float64)[:length]
+    return {
+        "loss_sum": loss_sum,
+        "correct": correct,
+        "count": count,
+        "exact_match": math.nan,  # a window of text has no single answer
+        "sequences_per_forward": chunk,
+    }
+
+
+def _metric_row(loss_sum: float, correct: float, count: float) -> dict[str, float]:
+    loss = loss_sum / count if count else math.nan
+    return {
+        "loss": loss,
+        "perplexity": math.exp(min(loss, 700.0)) if count else math.nan,
+        "accuracy": correct / count if count else math.nan,
+    }
+
+
+def rows_for_length(
+    sums: dict, length: int, buckets: int, base: dict
+) -> list[dict[str, float | int | str | None]]:
+    """Whole-sequence row plus one row per position bucket (bucket start in `position_bucket`)."""
+    whole = _metric_row(sums["loss_sum"].sum(), sums["correct"].sum(), sums["count"].sum())
+    base = {**base, "sequences_per_forward": sums.get("sequences_per_forward")}
+    rows = [
+        {
+            **base,
+            "length": length,
+            **whole,
+            "exact_match": sums["exact_match"],
+            "position_bucket": None,
+        }
+    ]
+    n = min(buckets, length)
+    edges = np.linspace(0, length, n + 1).astype(int)
+    for start, stop in itertools.pairwise(edges):
+        part = _metric_row(
+            sums["loss_sum"][start:stop].sum(),
+            sums["correct"][start:stop].sum(),
+            sums["count"][start:stop].sum(),
+        )
+        rows.append(
+            {**base, "length": length, **part, "exact_match": None, "position_bucket": int(start)}
+        )
+    return rows
+
+
+def model_at_length(
+    model: Transformer, cfg: TrialConfig, scaling: Scaling, length: int
+) -> Transformer:
+    """`model` as evaluated under `scaling` at `length`: RoPE frequencies recomputed for the
+    method at `length` (dynamic depends on it); `NO_SCALING` as is; `TEMPERATURE` the model as
+    trained (`scalings_for(cfg)[0]` at `length`) with every attention logit times
+    `log_length_temperature(length, L_train)`, which is 1, the model as trained, up to L_train."""
+    if scaling.method == TEMPERATURE:
+        trained = model_at_length(model, cfg, scalings_for(cfg)[0], length)
+        return with_temperature(trained, log_length_temperature(length, cfg.train.length))
+    if scaling.method == NO_SCALING:
+        return model
+    return with_scaling(model, scaling.method, scaling.factor, thaw(scaling.params), seq_len=length)
+
+
+def evaluate_model(
+    model: Transformer,
+    task: Task,
+    cfg: TrialConfig,
+    *,
+    step: int,
+    scalings: Iterable[Scaling] | None = None,
+    finetune_steps: int = 0,
+    lengths: Sequence[int] | None = None,
+) -> list[dict]:
+    """Eval rows for each scaling and length. The same data key for every scaling, so methods are
+    compared on identical batches. The model is rebuilt per length (`model_at_length`)."""
+    lengths = cfg.eval_lengths if lengths is None else lengths
+    key = jax.random.PRNGKey(cfg.eval.seed)
+    rows: list[dict] = []
+    for scaling in scalings_for(cfg) if scalings is None else scalings:
+        base = {
+            "step": step,
+            "method": scaling.method,
+            "factor": scaling.factor,
+            "finetune_steps": finetune_steps,
+        }
+        for length in lengths:
+            scaled = model_at_length(model, cfg, scaling, length)
+            sums = evaluate_length(scaled, task, cfg, length, key=jax.random.fold_in(key, length))
+            rows.extend(rows_for_length(sums, length, cfg.eval.position_buckets, base))
+    return rows
+
+
+def finetune_and_evaluate(
+    model: Transformer,
+    task: Task,
+    cfg: TrialConfig,
+    *,
+    step: int,
+    scalings: Iterable[Scaling] | None = None,
+) -> list[dict]:
+    """For each (method, factor) of a RoPE model (default: `finetune_scalings`, those of the
+    eval config chosen for fine-tuning): fine-tune `eval.finetune_steps` steps at factor x
+    L_train with that scaling, then evaluate at every length. Empty when finetune_steps is 0 or
+    the model is not RoPE; scalings not chosen (`scaling_plan.fine_tuned`: zero-shot only, like
+    the temperature, or outside `eval.finetune_methods` / `finetune_factors`) are skipped."""
+    ev = cfg.eval
+    if ev.finetune_steps <= 0 or not cfg.model.supports_scaling:
+        return []
+    rows: list[dict] = []
+    todo = (
+        finetune_scalings(cfg) if scalings is None else [s for s in scalings if fine_tuned(cfg, s)]
+    )
+    for scaling in todo:
+        target = round(scaling.factor * cfg.train.length)
+        scaled = with_scaling(
+            model, scaling.method, scaling.factor, thaw(scaling.params), seq_len=target
+        )
+        tuned = train(
+            cfg,
+            model=scaled,
+            length=target,
+            steps=ev.finetune_steps,
+            lr=ev.finetune_lr,
+            data_seed=cfg.train.seed + 10_000,
+        )
+        rows += evaluate_model(
+            tuned.model, task, cfg, step=step, scalings=[scaling], finetune_steps=ev.finetune_steps
+        )
+    return rows
+
+
+def extrapolation_summary(rows: Sequence[dict], train_length: int, threshold: float) -> list[dict]:
+    """`rope_lab.analysis.query.extrapolation_summary` of one trial's eval rows, as dicts in the
+    rows'
+    order of (method, factor, finetune_steps): `in_distribution_accuracy` (accuracy at
+    `train_length`) and `longest_length`, the longest evaluated L >= `train_length` such that
+    every evaluated length in [train_length, L] keeps accuracy >= threshold x that value (None
+    without a `train_length` row). Rows without a `loss` are allowed here."""
+    import polars as pl
+
+    from rope_lab.analysis import query
+
+    whole = [r for r in rows if r["position_bucket"] is None]
+    if not whole:
+        return []
+    keys = ("method", "factor", "finetune_steps")
+    frame = pl.DataFrame(
+        {
+            "trial_id": ["trial"] * len(whole),
+            "method": [r["method"] for r in whole],
+            "factor": [float(r["factor"]) for r in whole],
+            "finetune_steps": [int(r["finetune_steps"]) for r in whole],
+            "length": [int(r["length"]) for r in whole],
+            "accuracy": [float(r["accuracy"]) for r in whole],
+            "loss": [float(r.get("loss", math.nan)) for r in whole],
+            "train.length": [train_length] * len(whole),
+        }
+    )
+    summary = query.extrapolation_summary(frame, threshold=threshold)
+    found = {tuple(s[k] for k in keys): s for s in summary.to_dicts()}
+    return [
+        {
+            **dict(zip(keys, key, strict=True)),
+            "in_distribution_accuracy": found[key]["reference"],
+            "longest_length": found[key]["longest_length"],
+        }
+        for key in frame.select(keys).unique(maintain_order=True).rows()
+    ]
+
+
+def format_table(rows: Sequence[dict], metric: str = "accuracy") -> str:
+    """Text table: one line per (method, factor, finetune_steps), one column per length."""
+    whole = [r for r in rows if r["position_bucket"] is None]
+    lengths = sorted({r["length"] for r in whole})
+    keys: list[tuple] = []
+    cells: dict[tuple, dict[int, float]] = {}
+    for r in whole:
+        k = (r["method"], r["factor"], r["finetune_steps"])
+        if k not in cells:
+            keys.append(k)
+            cells[k] = {}
+        cells[k][r["length"]] = r[metric]
+    head = f"{'method':<12}{'factor':>7}{'ft':>6} " + "".join(f"{n:>9}" for n in lengths)
+    lines = [f"{metric} by evaluation length", head, "-" * len(head)]
+    for k in keys:
+        vals = "".join(f"{cells[k].get(n, math.nan):>9.3f}" for n in lengths)
+        lines.append(f"{k[0]:<12}{k[1]:>7g}{k[2]:>6} {vals}")
+    return "\n".join(lines)

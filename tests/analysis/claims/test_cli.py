@@ -1,0 +1,69 @@
+"""`rope-lab claims` on a results store written through the store's own API."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rope_lab.cli import main
+from rope_lab.results import append_rows, trial_dir, write_trial_row
+from tests.analysis.claims.common import trial_rows
+
+RESULT_KEYS = ("step", "method", "factor", "finetune_steps", "length", "loss", "accuracy")
+
+
+def write_store(run: Path) -> Path:
+    """RoPE x 2 seeds (as trained and dynamic x4), ALiBi and learned x 2 seeds, copy task."""
+    curves = {
+        "rope": {1: 1.0, 2: 2.0, 4: 3.0},
+        "alibi": {1: 1.0, 2: 1.0, 4: 1.01},
+        "learned": {1: 1.0, 2: 4.0, 4: 6.0},
+    }
+    for kind, curve in curves.items():
+        for seed in (0, 1):
+            rows = trial_rows(kind, seed, {r: v + 0.01 * seed for r, v in curve.items()})
+            if kind == "rope":
+                dyn = {1: 1.0 + 0.01 * seed, 2: 1.5, 4: 2.0}
+                rows += trial_rows(kind, seed, dyn, method="dynamic", factor=4.0)
+            first = rows[0]
+            tid = f"{kind}-s{seed}"
+            config = {k: v for k, v in first.items() if k.startswith(("model.", "train.", "task."))}
+            write_trial_row(trial_dir(run, tid), {"status": "done"}, config)
+            eval_rows = [{k: r[k] for k in RESULT_KEYS} for r in rows]
+            append_rows(trial_dir(run, tid), "eval", eval_rows, segment="eval")
+    return run
+
+
+def test_claims_json_and_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = write_store(tmp_path / "run")
+    assert main(["claims", str(run), "--format", "json"]) == 0
+    verdicts = {(v["claim"], v["scope"]): v for v in json.loads(capsys.readouterr().out)}
+    dyn = verdicts["dynamic_equals_direct", "copy"]
+    assert dyn["verdict"] == "holds" and dyn["effect"] == 0.0
+    order = verdicts["absolute_degrade_more", "copy @ 2x"]
+    assert order["verdict"] == "holds"
+    assert order["effect"] == pytest.approx(3.005 - (1.005 + 0.005) / 2)
+    assert verdicts["zero_shot_ordering", "copy @ 4x"]["effect"] == pytest.approx(3.005 - 2.0)
+    assert verdicts["alibi_flat", "copy to 4x"]["verdict"] == "holds"
+
+    assert main(["claims", str(run), "--claim", "rope_between"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:3] == ["claim", "scope", "verdict"]
+    assert lines[2].split()[:5] == ["rope_between", "copy", "@", "4x", "holds"]
+    assert lines[-1] == "1 holds, 0 fails, 0 inconclusive"
+
+    out = tmp_path / "claims.md"
+    assert main(["claims", str(run), "--format", "md", "--output", str(out)]) == 0
+    text = out.read_text()
+    assert text.startswith("| claim | scope | verdict |") and "Press et al. 2022" in text
+
+
+def test_claims_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = write_store(tmp_path / "run")
+    assert main(["claims", str(run), "--claim", "alibi_flatt"]) == 1
+    err = capsys.readouterr().err
+    assert "unknown claim 'alibi_flatt' (did you mean 'alibi_flat'?)" in err
+    assert main(["claims", str(tmp_path / "nowhere")]) == 1
+    assert "rope-lab: error:" in capsys.readouterr().err

@@ -1,0 +1,226 @@
+"""Cached decoding equals teacher forcing: for every encoding, layer layout and temperature,
+the logits of prefill + one `decode_step` per token equal a full forward over each prefix; the
+dynamic-scaling protocols differ exactly where they should."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rope_lab.config import TrialConfig, from_dict, replace, validate
+from rope_lab.model.decode import (
+    PROTOCOLS,
+    decode_step,
+    generate,
+    init_cache,
+    prefill,
+    slots,
+)
+from rope_lab.model.factory import make_model
+from rope_lab.model.transformer import trainable, with_scaling, with_temperature
+from rope_lab.registry import POSITIONS
+from tests.helpers import tiny_trial
+
+PROMPT, TOTAL, CAPACITY = 5, 14, 16
+
+
+def jittered(model, scale: float = 0.3, seed: int = 7):
+    """The model with every trainable array moved by Gaussian noise, so that zero-initialised
+    parameters (CoPE's table, T5's buckets) take part in the logits."""
+    params, rest = eqx.partition(model, trainable(model))
+    leaves, tree = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
+    moved = [
+        x + scale * jax.random.normal(k, x.shape, x.dtype)
+        for x, k in zip(leaves, keys, strict=True)
+    ]
+    return eqx.combine(jax.tree.unflatten(tree, moved), rest)
+
+
+def trial(kind: str = "rope", depth: int = 2, **changes) -> TrialConfig:
+    """A tiny trial at L_train 8 evaluated to 16 (the learned table covers 16 positions)."""
+    base = tiny_trial(kind, width=16, head_dim=4, depth=depth, length=8)
+    return validate(replace(base, **{"eval.length_multipliers": (1.0, 2.0), **changes}))
+
+
+def layered(layers: list[dict], *, depth: int = 4, **changes) -> TrialConfig:
+    parsed = from_dict(TrialConfig, {"model": {"layers": layers}}).model.layers
+    return trial(depth=depth, **{"model.layers": parsed, **changes})
+
+
+def cached_logits(model, tokens, *, prompt: int = PROMPT, capacity: int = CAPACITY):
+    """Logits of each position from prefill(prompt) then one decode_step per later token."""
+    first, cache = jax.jit(prefill, static_argnums=2)(model, tokens[:prompt], capacity)
+    rows = list(np.asarray(first))
+    step = jax.jit(decode_step)
+    for t in range(prompt, tokens.shape[0]):
+        logits, cache = step(model, cache, tokens[t])
+        rows.append(np.asarray(logits))
+    return np.stack(rows)
+
+
+def assert_equals_teacher_forcing(model, tokens):
+    full = np.asarray(model(tokens))
+    np.testing.assert_allclose(cached_logits(model, tokens), full, rtol=2e-5, atol=2e-5)
+
+
+TOKENS = jax.random.randint(jax.random.PRNGKey(1), (TOTAL,), 0, 24)
+
+
+CORE = ("rope", "alibi", "learned", "cope")  # one per hook (rotate, bias, embed, contextual)
+
+
+@pytest.mark.parametrize(
+    "kind", [k if k in CORE else pytest.param(k, marks=pytest.mark.slow) for k in POSITIONS.names()]
+)
+def test_every_encoding_decodes_as_it_forwards(kind):
+    cfg = trial(kind)
+    assert_equals_teacher_forcing(jittered(make_model(cfg)), TOKENS)
+
+
+@pytest.mark.parametrize(
+    ("layers", "changes"),
+    [
+        ([{"window": 4}, {"position": {"kind": "none"}}], {}),  # RoPE-SWA + NoPE (RNoPE)
+        ([{"window": 3}, {"window": 6, "attn_scale": 0.5}], {"model.scalable_softmax": True}),
+        ([{"position": {"kind": "alibi"}, "window": 5}, {"position": {"kind": "cope"}}], {}),
+        ([{"position": {"kind": "cope"}, "window": 4}], {}),
+    ],
+)
+def test_layouts_windows_and_temperatures_decode_as_they_forward(layers, changes):
+    """Sliding-window kinds keep only their window (a ring buffer), and the model still
+    decodes exactly: each query sees the same keys, in the same order, with the same row
+    scale as in the full forward."""
+    model = jittered(make_model(layered(layers, **changes)))
+    windows = [k.window for k in model.config.pattern]
+    assert slots(model, CAPACITY) == tuple(CAPACITY if w is None else w for w in windows)
+    assert_equals_teacher_forcing(model, TOKENS)
+    assert_equals_teacher_forcing(with_temperature(model, 1.7), TOKENS)
+
+
+def test_the_cache_holds_only_a_windowed_kinds_window():
+    model = make_model(layered([{"window": 4}, {}], depth=2))
+    full, windowed = init_cache(model, 64).layers[1], init_cache(model, 64).layers[0]
+    assert windowed.k.shape[2] == 4 and full.k.shape[2] == 64
+    assert init_cache(model, 64).nbytes() < 2 * full.k.nbytes + 2 * full.v.nbytes
+
+
+def test_a_prompt_longer_than_the_cache_is_refused():
+    model = make_model(trial())
+    with pytest.raises(ValueError, match="does not fit a cache of capacity 4"):
+        prefill(model, TOKENS[:6], 4)
+    generate(model, TOKENS[:6], 3, 8)  # the last token is never fed back: 8 slots suffice
+    with pytest.raises(ValueError, match="exceed the cache capacity 8"):
+        generate(model, TOKENS[:6], 4, 8)
+    with pytest.raises(ValueError, match="unknown decode protocol 'stale'; allowed"):
+        generate(model, TOKENS[:6], 1, 8, protocol="stale", scaling=("dynamic", 2.0, None))
+
+
+# ------------------------------------------------------------------------ generation protocols
+
+L_TRAIN = 8
+
+
+def _rope_model(depth: int = 2):
+    return jittered(make_model(trial(depth=depth)))
+
+
+DYNAMIC = ("dynamic", 2.0, None)
+
+
+def _teacher_greedy(model_at, prompt, steps):
+    """Greedy tokens by full forwards, each step's model chosen by `model_at(prefix length)`."""
+    seq = list(np.asarray(prompt))
+    logits = []
+    for _ in range(steps):
+        row = np.asarray(model_at(len(seq))(jnp.asarray(seq))[-1])
+        logits.append(row)
+        seq.append(int(row.argmax()))
+    return np.asarray(seq[len(prompt) :]), np.stack(logits)
+
+
+def test_per_step_full_equals_teacher_forcing_at_every_length():
+    """Each step's logits equal a full forward over the prefix with dynamic scaling taken at
+    the prefix length (past L_train, so the frequencies change at every step)."""
+    model, prompt = _rope_model(), TOKENS[:6]
+    tokens, logits = generate(model, prompt, 8, CAPACITY, protocol="per_step_full", scaling=DYNAMIC)
+    at = lambda n: with_scaling(model, "dynamic", 2.0, None, seq_len=n)
+    want_tokens, want_logits = _teacher_greedy(at, prompt, 8)
+    np.testing.assert_allclose(np.asarray(logits), want_logits, rtol=2e-5, atol=2e-5)
+    np.testing.assert_array_equal(np.asarray(tokens), want_tokens)
+
+
+def test_re_rotating_the_cache_is_exact_in_one_layer_and_not_deeper():
+    """Re-rotating every cached key with the current frequencies gives teacher forcing's logits
+    in a one-layer model; with two layers the cache's values and second-layer keys were
+    computed under older frequencies, so past L_train it departs from the exact answer."""
+    prompt = TOKENS[:6]
+    gaps = {}
+    for depth in (1, 2):
+        model = _rope_model(depth)
+        out = {
+            p: np.asarray(generate(model, prompt, 8, CAPACITY, protocol=p, scaling=DYNAMIC)[1])
+            for p in ("per_step_recompute", "per_step_full")
+        }
+        gaps[depth] = np.abs(out["per_step_recompute"] - out["per_step_full"]).max(axis=-1)
+    np.testing.assert_allclose(gaps[1], 0.0, atol=3e-5)
+    inside = L_TRAIN - 6 + 1  # steps whose prefix fits L_train
+    np.testing.assert_allclose(gaps[2][:inside], 0.0, atol=3e-5)
+    assert gaps[2][inside + 1 :].min() > 1e-4
+
+
+def test_prefill_fixed_is_one_scaling_for_the_whole_generation():
+    model, prompt = _rope_model(), TOKENS[:6]
+    tokens, logits = generate(model, prompt, 8, CAPACITY, protocol="prefill_fixed", scaling=DYNAMIC)
+    fixed = with_scaling(model, "dynamic", 2.0, None, seq_len=13)  # 6 + 8 - 1 tokens read
+    want_tokens, want_logits = _teacher_greedy(lambda n: fixed, prompt, 8)
+    np.testing.assert_allclose(np.asarray(logits), want_logits, rtol=2e-5, atol=2e-5)
+    np.testing.assert_array_equal(np.asarray(tokens), want_tokens)
+
+
+def test_stale_keys_differ_from_recompute_only_once_the_length_passes_l_train():
+    """Dynamic scaling leaves the frequencies alone up to L_train, so the three protocols agree
+    while the sequence fits it; past it, a stale cache reads keys rotated with older
+    frequencies and its logits move away from the exact ones."""
+    model = _rope_model()
+    prompt = TOKENS[:3]
+    out = {
+        p: np.asarray(generate(model, prompt, 10, CAPACITY, protocol=p, scaling=DYNAMIC)[1])
+        for p in PROTOCOLS
+    }
+    # step t reads a prefix of 3 + t tokens: steps 0..5 fit L_train = 8
+    inside = slice(0, L_TRAIN - 3 + 1)
+    np.testing.assert_allclose(out["per_step_stale"][inside], out["per_step_recompute"][inside],
+                               rtol=2e-5, atol=2e-5)  # fmt: skip
+    gap = np.abs(out["per_step_stale"] - out["per_step_recompute"]).max(axis=-1)
+    assert gap[L_TRAIN - 3 + 1] > 1e-4  # the first step past L_train, with one stale key
+    assert (gap[L_TRAIN - 3 + 1 :] > 1e-4).all()
+
+
+def test_a_length_independent_scaling_gives_one_answer_under_every_protocol():
+    model, prompt = _rope_model(), TOKENS[:6]
+    out = [
+        np.asarray(generate(model, prompt, 6, CAPACITY, protocol=p, scaling=("yarn", 2.0, None))[1])
+        for p in PROTOCOLS
+    ]
+    for other in out[1:]:
+        np.testing.assert_allclose(other, out[0], rtol=2e-5, atol=2e-5)
+
+
+def test_raw_prefill_holds_keys_before_rotation():
+    model = _rope_model()
+    _, rotated = prefill(model, TOKENS[:6], CAPACITY)
+    logits, raw = prefill(model, TOKENS[:6], CAPACITY, raw_keys=True)
+    np.testing.assert_allclose(logits, model(TOKENS[:6]), rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(raw.layers[0].v, rotated.layers[0].v, atol=2e-6)
+    # position 0 is not rotated; every later key is
+    np.testing.assert_allclose(
+        raw.layers[0].k[..., 0, :], rotated.layers[0].k[..., 0, :], atol=1e-6
+    )
+    assert (
+        np.abs(np.asarray(raw.layers[0].k[..., 1:6, :] - rotated.layers[0].k[..., 1:6, :])).max()
+        > 1e-3
+    )

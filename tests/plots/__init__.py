@@ -1,1 +1,0 @@
-"""Tests of rope_lab.plots."""
