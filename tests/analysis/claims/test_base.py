@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -84,3 +87,56 @@ def test_per_seed_averages_trials_of_one_seed() -> None:
     frame = pl.DataFrame({"train.seed": [1, 0, 1], "value": [1.0, 5.0, 3.0]})
     assert per_seed(frame) == [5.0, 2.0]
     assert per_seed(pl.DataFrame({"train.seed": [0, 1], "value": [np.nan, 2.0]})) == [2.0]
+
+
+# Arms whose bootstrap distribution is known exactly: every resample of a's 3 seeds and b's 2
+# is equally likely (27 x 4), and the exact quantiles at 2.5/5/95/97.5% sit >= 0.012 in
+# probability from any jump of the distribution, so 20000 resamples land on them.
+EXACT_ARMS = {"a": [0.0, 9.0, 13.0], "b": [0.0, 9.0]}
+
+
+def _exact_quantile(arms, stat, q: float) -> float:
+    """The smallest value x of ``stat`` over resampled means with P(stat <= x) >= q."""
+    values = []
+    for a in itertools.product(arms["a"], repeat=len(arms["a"])):
+        for b in itertools.product(arms["b"], repeat=len(arms["b"])):
+            values.append(stat({"a": sum(a) / len(a), "b": sum(b) / len(b)}))
+    ordered = np.sort(values)
+    return float(ordered[math.ceil(q * len(ordered) - 1e-9) - 1])
+
+
+@pytest.mark.parametrize("level", [0.95, 0.9])
+def test_bootstrap_interval_is_the_exact_percentile_interval_at_its_level(level) -> None:
+    lo, hi = (_exact_quantile(EXACT_ARMS, diff, q) for q in (0.5 - level / 2, 0.5 + level / 2))
+    point, blo, bhi = bootstrap(EXACT_ARMS, diff, n_boot=20000, level=level)
+    assert point == pytest.approx(22 / 3 - 4.5)
+    assert (blo, bhi) == (pytest.approx(lo, abs=1e-9), pytest.approx(hi, abs=1e-9))
+    assert (lo, hi) == pytest.approx((-6.0, 35 / 3) if level == 0.95 else (-14 / 3, 31 / 3))
+
+
+def test_the_verdict_is_decided_on_the_reported_95_percent_interval() -> None:
+    """Thresholds a hair either side of the reported ends: a verdict decided on a narrower
+    (or wider) interval than the one reported flips on one of them."""
+    ev = evidence(trial_rows("alibi", 0, {1: 1.0}))
+    ev.n_boot = 20000
+    assert ev.level == 0.95
+    meta = CLAIMS["absolute_degrade_more"]
+    low, high = (_exact_quantile(EXACT_ARMS, diff, q) for q in (0.025, 0.975))
+    assert _exact_quantile(EXACT_ARMS, diff, 0.05) > low + 1  # 90%: strictly inside
+    assert _exact_quantile(EXACT_ARMS, diff, 0.95) < high - 1
+
+    def judged(threshold: float, direction: str):
+        v = judge_arms(ev, meta, "s", EXACT_ARMS, diff, threshold=threshold, direction=direction)
+        assert (v.ci_low, v.ci_high) == (pytest.approx(low), pytest.approx(high))
+        assert v.verdict == decide(v.ci_low, v.ci_high, threshold, direction)
+        return v.verdict
+
+    eps = 1e-6
+    assert judged(low - eps, ">") == "holds"
+    assert judged(low + eps, ">") == "inconclusive"
+    assert judged(high + eps, ">") == "fails"
+    assert judged(high - eps, ">") == "inconclusive"
+    assert judged(high + eps, "<") == "holds"
+    assert judged(high - eps, "<") == "inconclusive"
+    assert judged(low - eps, "<") == "fails"
+    assert judged(low + eps, "<") == "inconclusive"
