@@ -51,8 +51,8 @@ from rope_lab.registry import NTK_METRICS
 from rope_lab.runtime.atomic import atomic_write
 from rope_lab.runtime.xla_options import FEW_CALLS
 from rope_lab.tasks import Task
+from rope_lab.trial.hooks import Hook, StepState
 from rope_lab.trial.scaling_plan import Scaling
-from rope_lab.trial.train import Hook, StepState
 
 TOTAL = "total"
 # the metrics written for each RoPE scaling, in this order

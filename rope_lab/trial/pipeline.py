@@ -162,7 +162,8 @@ def _train(cfg: TrialConfig, run_dir: Path) -> dict:
         from rope_lab.model.transformer import count_non_embedding_params, count_params
         from rope_lab.tasks import task_from_config
         from rope_lab.trial.checkpoint import TrialCheckpointer, save_model
-        from rope_lab.trial.train import Hook, StepState, init_state, train
+        from rope_lab.trial.hooks import Hook, StepState
+        from rope_lab.trial.train import init_state, train
 
         folder = trial_dir(run_dir, cfg.trial_id)
         folder.mkdir(parents=True, exist_ok=True)

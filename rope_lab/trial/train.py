@@ -1,8 +1,9 @@
 """Training: AdamW with warmup + cosine, gradient clipping, muP learning-rate groups, one jitted
 step that samples its own batch (deterministic in the step index, so resuming is exact), and a
-loop with hooks for evaluation, checkpoints and NTK tracking. A non-finite loss stops the run and
-marks it diverged. The step runs data-parallel over `train.devices` local devices
-(`rope_lab.trial.parallel`): batch split over a 1-D "data" mesh, parameters replicated.
+loop with hooks (`rope_lab.trial.hooks`) for evaluation, checkpoints and NTK tracking. A
+non-finite loss stops the run and marks it diverged. The step runs data-parallel over
+`train.devices` local devices (`rope_lab.trial.parallel`): batch split over a 1-D "data" mesh,
+parameters replicated.
 
 The model comes from `rope_lab.model.factory`, the loss from `rope_lab.trial.objective`, positions
 from
@@ -29,6 +30,7 @@ from rope_lab.model.positions import batch_positions
 from rope_lab.model.positions.pose import pose_batch_positions
 from rope_lab.model.transformer import Transformer, decay_mask, lr_multipliers, trainable
 from rope_lab.tasks import Task, task_from_config
+from rope_lab.trial.hooks import Hook, StepState
 from rope_lab.trial.objective import masked_loss, token_losses
 from rope_lab.trial.parallel import (
     constrain_batch,
@@ -175,26 +177,6 @@ def make_train_step(
 
 
 @dataclass
-class StepState:
-    """What a hook sees: the step just completed (0 = before training), model and optimizer."""
-
-    step: int
-    model: Transformer
-    opt_state: Any
-    history: list[dict]
-
-
-@dataclass
-class Hook:
-    """Call `fn(state)` every `every` steps (0: never periodically) and, if `at_end`, at the end."""
-
-    every: int
-    fn: Callable[[StepState], None]
-    at_end: bool = True
-    at_start: bool = False
-
-
-@dataclass
 class TrainResult:
     """Final model and optimizer state, loss curve, and whether the run diverged."""
 
@@ -317,8 +299,6 @@ def train(
 
 
 __all__ = [
-    "Hook",
-    "StepState",
     "TraceGuard",
     "TrainResult",
     "batch_positions",

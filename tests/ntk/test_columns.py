@@ -25,8 +25,9 @@ from rope_lab.ntk import kernels as ntk
 from rope_lab.ntk.plan import measures_under
 from rope_lab.ntk.tracking import ProbeSets, tracking_hook
 from rope_lab.registry import NTK_METRICS
+from rope_lab.trial.hooks import StepState
 from rope_lab.trial.scaling_plan import scalings_for
-from rope_lab.trial.train import StepState, make_model, make_task_from
+from rope_lab.trial.train import make_model, make_task_from
 from tests.helpers import tiny_trial
 from tests.ntk.test_kernels import brute_groups, logit_jacobian, output_jacobian
 

@@ -28,8 +28,9 @@ CHILD = textwrap.dedent(
     import jax
     from rope_lab.trial import parallel
     from rope_lab.config import replace
+    from rope_lab.trial.hooks import Hook
     from rope_lab.trial.train import (
-        Hook, TraceGuard, make_model, make_optimizer, make_task_from, make_train_step, train,
+        TraceGuard, make_model, make_optimizer, make_task_from, make_train_step, train,
         trainable,
     )
     from tests.helpers import tiny_trial
