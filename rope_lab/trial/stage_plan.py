@@ -12,36 +12,53 @@ what decides its rows:
     decode-<hash>          with `eval.decode.protocols`: answers generated with a key/value
                            cache under every zero-shot scaling and protocol (`decode_eval`)
 
-The hash covers how sequences are read (`READING_FIELDS`), the scaling's parameters and, when
-it fine-tunes, the fine-tune's steps and learning rate. So a spec that adds scalings or
-fine-tunes to a finished sweep runs only the new stages, and one that reads differently
-(other lengths, batches or text protocol) reruns the evaluation stages, never the training.
+The hash covers how sequences are read (`READING_FIELDS`: every `EvalConfig` field but those
+of `NOT_READING`), the scaling's parameters and, when it fine-tunes, the fine-tune's steps and
+learning rate; the decode stage's also covers every `DecodeConfig` field. So a spec that adds
+scalings or fine-tunes to a finished sweep runs only the new stages, and one that reads
+differently (other lengths, batches or text protocol) reruns the evaluation stages, never the
+training.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Final
 
-from rope_lab.config import TrialConfig, to_dict
+from rope_lab.config import DecodeConfig, EvalConfig, TrialConfig, to_dict
 from rope_lab.trial.scaling_plan import Scaling, fine_tuned, same_frequencies, scalings_for
 
 TRAIN = "train"  # the train stage's name
 EVAL_PREFIX = "eval"  # the as-trained evaluation stage's name before its hash
 DECODE = "decode"  # the decode stage's name before its hash
 
-# Eval fields that decide which sequences are read and how rows are cut. Others are execution
-# (`config.EXECUTION_FIELDS`), the summary's threshold, or which stages exist.
-READING_FIELDS = (
-    "length_multipliers",
-    "batches",
-    "batch_size",
-    "position_buckets",
-    "text_protocol",
-    "text_stride",
-    "seed",
+# The EvalConfig fields left out of the reading key, and why. Every other field is read into
+# every evaluation stage's key, so a field added to EvalConfig reruns the evaluation until it
+# is listed here.
+NOT_READING: Final[Mapping[str, str]] = {
+    "pad_to_longest": "execution (`config.EXECUTION_FIELDS`): the same rows, padded",
+    "memory_budget_mb": "execution (`config.EXECUTION_FIELDS`): the same rows, in sub-batches",
+    "accuracy_threshold": "the summary's threshold, applied to the rows once written",
+    "methods": "which scaling stages exist; each stage's key holds its method",
+    "factors": "which scaling stages exist; each stage's key holds its factor",
+    "method_params": "a scaling's parameters, in its own stage's key",
+    "zero_shot_temperature": "whether the temperature stage exists",
+    "finetune_steps": "in the key of each stage it fine-tunes",
+    "finetune_lr": "in the key of each stage it fine-tunes",
+    "finetune_methods": "which stages fine-tune (`scaling_plan.fine_tuned`), in their keys",
+    "finetune_factors": "which stages fine-tune (`scaling_plan.fine_tuned`), in their keys",
+    "decode": "the decode stage's own key (`DECODE_FIELDS`)",
+}
+# Eval fields that decide which sequences are read and how rows are cut.
+READING_FIELDS: Final = tuple(
+    f.name for f in dataclasses.fields(EvalConfig) if f.name not in NOT_READING
 )
+# The DecodeConfig fields in the decode stage's key: all of them (none is execution only).
+DECODE_FIELDS: Final = tuple(f.name for f in dataclasses.fields(DecodeConfig))
 
 
 @dataclass(frozen=True)
@@ -103,10 +120,10 @@ def eval_stages(cfg: TrialConfig) -> list[Stage]:
     out = [first, *(Stage(scaling_stage_name(cfg, s), s) for s in scalings)]
     protocols = cfg.eval.decode.protocols
     if protocols:
+        decode = to_dict(cfg.eval.decode)
         data = {
             "reading": reading(cfg),
-            "protocols": list(protocols),
-            "max_new_tokens": cfg.eval.decode.max_new_tokens,
+            **{name: decode[name] for name in DECODE_FIELDS},
             "scalings": [[s.method, s.factor, s.params] for s in decoded_scalings(cfg)],
         }
         out.append(Stage(f"{DECODE}-{_hash(data)}", trained, kind=DECODE))
@@ -129,7 +146,9 @@ def find_stage(cfg: TrialConfig, name: str) -> Stage:
 
 __all__ = [
     "DECODE",
+    "DECODE_FIELDS",
     "EVAL_PREFIX",
+    "NOT_READING",
     "READING_FIELDS",
     "TRAIN",
     "Stage",
