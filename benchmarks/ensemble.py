@@ -45,7 +45,8 @@ from rope_lab.model.factory import make_model
 from rope_lab.model.transformer import trainable
 from rope_lab.tasks import task_from_config
 from rope_lab.trial.ensemble import EnsembleInputs, init_ensemble, make_ensemble_step, seed_keys
-from rope_lab.trial.train import TraceGuard, make_optimizer, make_train_step
+from rope_lab.trial.optimizer import make_optimizer
+from rope_lab.trial.train import TraceGuard, make_train_step
 
 END_TO_END_STEPS = 200  # smoke-sweep trial length, for the derived end-to-end column
 

@@ -64,7 +64,8 @@ def worker(kind: str, impl: str, mode: str, length: int, repeats: int) -> dict[s
     from benchmarks.train_step import FixedBatchTask
     from rope_lab.config import ModelConfig, PositionConfig, TrainConfig, TrialConfig
     from rope_lab.model.transformer import Transformer, trainable
-    from rope_lab.trial.train import TraceGuard, make_optimizer, make_train_step
+    from rope_lab.trial.optimizer import make_optimizer
+    from rope_lab.trial.train import TraceGuard, make_train_step
 
     warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
     base = rss_mb()

@@ -6,8 +6,9 @@ float32, a batch of 16 sequences of 256 tokens. One timed step is forward, backw
 gradient clipping and the AdamW update, on a batch that already sits in memory:
 
 - rope_lab: `rope_lab.trial.train.make_train_step` (the step `train()` runs: jitted, buffers
-  donated, optimizer from `make_optimizer`), given a task whose "sampler" returns a fixed batch,
-  so no data sampling is timed (torch does not sample either); timed to `block_until_ready`.
+  donated, optimizer from `rope_lab.trial.optimizer.make_optimizer`), given a task whose
+  "sampler" returns a fixed batch, so no data sampling is timed (torch does not sample
+  either); timed to `block_until_ready`.
 - torch: `LlamaForCausalLM(...).logits`, cross-entropy against the same targets,
   `loss.backward()`, `clip_grad_norm_`, `AdamW.step()`, `zero_grad()`; eager mode, SDPA
   attention, `torch.set_num_threads(os.cpu_count())`.
@@ -50,7 +51,8 @@ from rope_lab.config import ModelConfig, PositionConfig, TrainConfig, TrialConfi
 from rope_lab.model.transformer import Transformer, count_params, trainable
 from rope_lab.runtime.allocator import reexec_tuned
 from rope_lab.tasks import Batch, Operands, Task
-from rope_lab.trial.train import TraceGuard, make_optimizer, make_train_step
+from rope_lab.trial.optimizer import make_optimizer
+from rope_lab.trial.train import TraceGuard, make_train_step
 
 DEPTH = 4
 HEAD_DIM = 32
@@ -216,7 +218,8 @@ def torch_side(shape: Shape, tokens: np.ndarray, targets: np.ndarray) -> Side:
     model = LlamaForCausalLM(config).to(device=device, dtype=torch.float32).train()
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=shape.dtype != "float32")
     tc = rope_lab_trial(shape).train
-    # As rope_lab's decay_mask: decay Linear weights (readout included), not embeddings/norms.
+    # As rope_lab.trial.optimizer.decay_mask: decay Linear weights (readout included), not
+    # embeddings/norms.
     decay = [p for n, p in model.named_parameters() if p.ndim == 2 and "embed_tokens" not in n]
     rest = [p for n, p in model.named_parameters() if not (p.ndim == 2 and "embed_tokens" not in n)]
     optimizer = torch.optim.AdamW(

@@ -17,7 +17,7 @@ query blocks over their causal key prefix at short lengths on CPU, the blocked o
 kernel with linear memory beyond, cuDNN on GPU where it applies).
 
 Parametrisations (`sp`, `ntk`, `mup`) differ in init scale, forward multipliers, the attention
-logit scale and per-group learning-rate multipliers (`lr_multipliers`):
+logit scale and per-group learning-rate multipliers (`rope_lab.trial.optimizer.lr_multipliers`):
 
 | weight       | sp init var  | ntk: init var 1, forward x | mup (Tensor Programs V, Adam)       |
 | embeddings   | 1            | 1                          | 1, lr x 1                           |
@@ -436,29 +436,6 @@ def count_non_embedding_params(model: Transformer) -> int:
     if "embed" in model.config.position.options.hooks:
         embeddings += count_params(model.position)
     return count_params(model) - embeddings
-
-
-def _per_leaf(model: eqx.Module, linear_weight, other) -> eqx.Module:
-    """Pytree shaped like the trainable params: `linear_weight` on Linear weights, else `other`."""
-    params = eqx.filter(model, trainable(model))
-    is_linear = lambda x: isinstance(x, Linear)
-
-    def value(x):
-        return eqx.tree_at(lambda lin: lin.weight, x, linear_weight) if is_linear(x) else other
-
-    return jax.tree.map(value, params, is_leaf=is_linear)
-
-
-def lr_multipliers(model: Transformer) -> eqx.Module:
-    """Per-leaf learning-rate multipliers (muP: hidden and readout weights x base/width)."""
-    cfg = model.config
-    ratio = cfg.base_width / cfg.width if cfg.parametrization == "mup" else 1.0
-    return _per_leaf(model, ratio, 1.0)
-
-
-def decay_mask(model: Transformer) -> eqx.Module:
-    """True for weight matrices of Linear layers (decayed); embeddings, tables, norms: False."""
-    return _per_leaf(model, True, False)
 
 
 def with_scaling(

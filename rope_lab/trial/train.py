@@ -1,14 +1,14 @@
-"""Training: AdamW with warmup + cosine, gradient clipping, muP learning-rate groups, one jitted
-step that samples its own batch (deterministic in the step index, so resuming is exact), and a
-loop with hooks (`rope_lab.trial.hooks`) for evaluation, checkpoints and NTK tracking. A
-non-finite loss stops the run and marks it diverged. The step runs data-parallel over
-`train.devices` local devices (`rope_lab.trial.parallel`): batch split over a 1-D "data" mesh,
-parameters replicated.
+"""Training: one jitted step that samples its own batch (deterministic in the step index, so
+resuming is exact) and updates with the trial's optimiser (`rope_lab.trial.optimizer`: AdamW,
+warmup + cosine, clipping, muP learning-rate groups), and a loop with hooks
+(`rope_lab.trial.hooks`) for evaluation, checkpoints and NTK tracking. A non-finite loss stops
+the run and marks it diverged. The step runs data-parallel over `train.devices` local devices
+(`rope_lab.trial.parallel`): batch split over a 1-D "data" mesh, parameters replicated.
 
-The model comes from `rope_lab.model.factory`, the loss from `rope_lab.trial.objective`, positions
-from
-`rope_lab.model.positions`, the task from `rope_lab.tasks.task_from_config`; `make_model`,
-`make_task_from`, `batch_positions`, `token_losses` and `masked_loss` stay importable from here.
+The model comes from `rope_lab.model.factory`, the loss from `rope_lab.trial.objective`,
+positions from `rope_lab.model.positions`, the task from `rope_lab.tasks.task_from_config`;
+`make_model`, `make_task_from`, `batch_positions`, `token_losses`, `masked_loss`,
+`make_optimizer` and `lr_schedule` stay importable from here.
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ from rope_lab.config import TrainConfig, TrialConfig
 from rope_lab.model.factory import make_model
 from rope_lab.model.positions import batch_positions
 from rope_lab.model.positions.pose import pose_batch_positions
-from rope_lab.model.transformer import Transformer, decay_mask, lr_multipliers, trainable
+from rope_lab.model.transformer import Transformer, trainable
 from rope_lab.tasks import Task, task_from_config
 from rope_lab.trial.hooks import Hook, StepState
 from rope_lab.trial.objective import masked_loss, token_losses
+from rope_lab.trial.optimizer import lr_schedule, make_optimizer
 from rope_lab.trial.parallel import (
     constrain_batch,
     constrain_replicated,
@@ -45,40 +46,6 @@ from rope_lab.trial.parallel import (
 def make_task_from(cfg: TrialConfig) -> Task:
     """The trial's task: `rope_lab.tasks.task_from_config(cfg.task)`, under its old name."""
     return task_from_config(cfg.task)
-
-
-def lr_schedule(cfg: TrainConfig, lr: float | None = None) -> optax.Schedule:
-    """Linear warmup to `lr`, cosine decay to lr x min_lr_ratio at `steps`."""
-    peak = cfg.lr if lr is None else lr
-    warmup = min(cfg.warmup_steps, max(cfg.steps - 1, 0))
-    return optax.warmup_cosine_decay_schedule(
-        init_value=0.0 if warmup else peak,
-        peak_value=peak,
-        warmup_steps=warmup,
-        decay_steps=max(cfg.steps, warmup + 1),
-        end_value=peak * cfg.min_lr_ratio,
-    )
-
-
-def _scale_by_tree(multipliers: Any) -> optax.GradientTransformation:
-    def update(updates, state, params=None):
-        del params
-        return jax.tree.map(lambda u, m: u * m, updates, multipliers), state
-
-    return optax.GradientTransformation(lambda _: optax.EmptyState(), update)
-
-
-def make_optimizer(
-    cfg: TrainConfig, model: Transformer, lr: float | None = None
-) -> optax.GradientTransformation:
-    """Clip -> Adam -> decoupled weight decay on Linear weights -> muP multipliers -> schedule."""
-    return optax.chain(
-        optax.clip_by_global_norm(cfg.clip_norm),
-        optax.scale_by_adam(b1=cfg.b1, b2=cfg.b2, eps=cfg.eps),
-        optax.add_decayed_weights(cfg.weight_decay, mask=decay_mask(model)),
-        _scale_by_tree(lr_multipliers(model)),
-        optax.scale_by_learning_rate(lr_schedule(cfg, lr)),
-    )
 
 
 def init_state(cfg: TrialConfig) -> tuple[Transformer, Any]:

@@ -14,13 +14,8 @@ from rope_lab.config import replace
 from rope_lab.model import attention, memory
 from rope_lab.model.memory import causal_blocks
 from rope_lab.model.positions import Frozen
-from rope_lab.model.transformer import (
-    count_params,
-    decay_mask,
-    lr_multipliers,
-    trainable,
-    with_scaling,
-)
+from rope_lab.model.transformer import count_params, trainable, with_scaling
+from rope_lab.trial.optimizer import decay_mask, lr_multipliers
 from rope_lab.trial.train import make_model
 from tests.helpers import tiny_trial
 

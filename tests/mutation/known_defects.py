@@ -98,7 +98,7 @@ DEFECTS = (
     ),
     Defect(
         "cosine-schedule-wrong-decay-steps",
-        "rope_lab/trial/train.py",
+        "rope_lab/trial/optimizer.py",
         "decay_steps=max(cfg.steps, warmup + 1),",
         "decay_steps=max(cfg.steps + 10, warmup + 1),",
         ("tests/trial/test_train.py",),

@@ -52,6 +52,7 @@ MODULES = {
     **{f"rope_lab/model/positions/{m}.py": _POSITION_TESTS for m in ("alibi", "rotary", "learned")},
     "rope_lab/model/positions/kerple.py": ("tests/model/positions/test_kerple.py",),
     "rope_lab/trial/train.py": ("tests/trial/test_train.py",),
+    "rope_lab/trial/optimizer.py": ("tests/trial/test_train.py", "tests/model/test_transformer.py"),
     "rope_lab/trial/objective.py": ("tests/trial/test_objective.py", "tests/trial/test_train.py"),
     "rope_lab/trial/evaluate.py": ("tests/trial/test_evaluate.py",),
     "rope_lab/ntk/kernels.py": ("tests/ntk/test_kernels.py", "tests/ntk/test_columns.py"),

@@ -25,10 +25,10 @@ from rope_lab.model.positions import (
 )
 from rope_lab.model.transformer import trainable, with_scaling
 from rope_lab.trial.evaluate import evaluate_length
+from rope_lab.trial.optimizer import make_optimizer
 from rope_lab.trial.train import (
     batch_positions,
     make_model,
-    make_optimizer,
     make_task_from,
     masked_loss,
     train,
