@@ -3,35 +3,28 @@
 import polars as pl
 import pytest
 
+from rope_lab.registry import TASKS
 from rope_lab.results import load
 from rope_lab.sweep.runner import run_sweep
 from rope_lab.sweep.spec import load_spec
 from tests.sweep.conftest import write_spec
+from tests.tasks.common import task_module
 
 # One vocabulary for every task: the models then have the same shapes, so the NTK gradient and
-# padded forward programs compile once for all tasks.
+# padded forward programs compile once for all tasks. Each task's parameters are the small ones
+# of its own test module (`tiny_params`).
 VOCAB = 256
-TASK_PARAMS = {
-    "passkey": {"needle_length": 2},
-    "mqar": {"num_pairs": 2},
-    "copy": {},
-    "flipflop": {},
-    "lm_synthetic": {"span_length": 2, "min_lag": 4},
-    "lm_text": {},
-}
 
 
 @pytest.mark.parametrize(
     "pad", [pytest.param(False, marks=pytest.mark.slow), True], ids=["unpadded", "padded"]
 )
-@pytest.mark.parametrize("task", list(TASK_PARAMS))
+@pytest.mark.parametrize("task", TASKS.names())
 def test_every_task_runs_through_the_sweep_with_ntk_tracking(task, pad, tmp_path):
     """A fresh corpus file per run, so no device copy is cached before the sweep's first draw."""
-    params = TASK_PARAMS[task]
-    if task == "lm_text":
-        corpus = tmp_path / "corpus.txt"
-        corpus.write_bytes(bytes(range(32, 127)) * 40)
-        params = {"path": str(corpus)}
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(bytes(range(32, 127)) * 40)
+    params = task_module(task).tiny_params(str(corpus))
     spec = load_spec(
         write_spec(
             tmp_path,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import numpy as np
 import pytest
@@ -14,6 +16,19 @@ from rope_lab.tasks import (
     sample_batch,
 )
 from tests.tasks.common import BATCH, FAST, LENGTH, LENGTHS, SEED, SLOW, as_numpy
+
+# What the shared task tests read of this task (tests/tasks/common.py, `task_module`).
+PARAMS = {"segment_fraction": (float, 0.5), "segment_length": (int | None, None)}
+
+
+def example(text_path: str) -> CopyTask:
+    """The copy task the shared tests sample and check with `check_copy`."""
+    return make_task("copy", 20)
+
+
+def tiny_params(text_path: str) -> dict[str, Any]:
+    """Parameters for 8-token trials at vocabulary 256, with a short answer."""
+    return {"segment_length": 3}
 
 
 def check_copy(task: CopyTask, tokens, targets, mask) -> None:

@@ -6,6 +6,7 @@ import dataclasses
 import typing
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 
 from rope_lab import config, registry
@@ -28,10 +29,17 @@ from rope_lab.tasks import (
     make_task,
     task_from_config,
 )
+from tests.tasks.common import LENGTHS, task_module
+
+# The tasks rope_lab ships, in listing order (configs and sweeps name them); any other
+# registered task is checked alike, from its class attributes and its own test module.
+BUILT_IN = ("passkey", "mqar", "copy", "flipflop", "lm_synthetic", "lm_text")
 
 
 def test_registry_names() -> None:
-    assert set(TASKS) == {"passkey", "mqar", "copy", "flipflop", "lm_synthetic", "lm_text"}
+    names = registry.TASKS.names()
+    assert [n for n in names if n in BUILT_IN] == list(BUILT_IN)
+    assert set(TASKS) == set(names)
     for name, cls in TASKS.items():
         assert cls.name == name
     assert TASKS["passkey"] is PasskeyTask and TASKS["mqar"] is MQARTask
@@ -55,44 +63,60 @@ def test_unknown_param_is_named() -> None:
 
 
 # ------------------------------------------------------------------------------------------
-# registry entries: typed parameters with today's names and defaults
+# registry entries: typed parameters with today's names and defaults (each task's test module
+# lists them as PARAMS), and class attributes that say what the task does
 # ------------------------------------------------------------------------------------------
 
 MISSING = dataclasses.MISSING
-PARAMS = {  # name -> {parameter: (type, default)}
-    "passkey": {"needle_length": (int, 4), "num_digits": (int, 10), "depth": (float | None, None)},
-    "mqar": {"num_pairs": (int, 8), "pair_density": (float, 0.0)},
-    "copy": {"segment_fraction": (float, 0.5), "segment_length": (int | None, None)},
-    "flipflop": {"p_ignore": (float, 0.8)},
-    "lm_synthetic": {
-        "branching": (int, 4),
-        "copy_prob": (float, 0.02),
-        "span_length": (int, 16),
-        "min_lag": (int, 32),
-        "seed": (int, 0),
-    },
-    "lm_text": {
-        "path": (str, MISSING),
-        "eval_fraction": (float, 0.1),
-        "eval_path": (str | None, None),
-    },
-}
 
 
-def test_registry_entries_are_typed_parameters() -> None:
-    assert registry.TASKS.names() == tuple(PARAMS)
-    for name, entry in registry.TASKS.items():
-        assert dataclasses.is_dataclass(entry) and entry.__dataclass_params__.frozen
-        assert entry.name == name and TASKS[name].name == name
-        assert isinstance(entry.display_name, str) and entry.display_name
-        assert entry.is_text is (name == "lm_text")
-        assert entry.answer_at_end is (name in ("passkey", "copy"))
-        hints = typing.get_type_hints(entry)
-        fields = {f.name: (hints[f.name], f.default) for f in dataclasses.fields(entry)}
-        assert fields == PARAMS[name]
-        task_cls = TASKS[name]  # the task class is the parameters plus vocab_size
-        assert issubclass(task_cls, entry) and task_cls.display_name == entry.display_name
-        assert [f.name for f in task_cls.param_fields()] == list(PARAMS[name])
+@pytest.mark.parametrize("name", list(TASKS))
+def test_registry_entries_are_typed_parameters(name: str) -> None:
+    entry = registry.TASKS[name]
+    params = task_module(name).PARAMS  # {parameter: (type, default)}
+    assert dataclasses.is_dataclass(entry) and entry.__dataclass_params__.frozen
+    assert entry.name == name and TASKS[name].name == name
+    assert isinstance(entry.display_name, str) and entry.display_name
+    assert entry.default_metric in ("loss", "accuracy")
+    hints = typing.get_type_hints(entry)
+    fields = {f.name: (hints[f.name], f.default) for f in dataclasses.fields(entry)}
+    assert fields == params
+    task_cls = TASKS[name]  # the task class is the parameters plus vocab_size
+    assert issubclass(task_cls, entry) and task_cls.display_name == entry.display_name
+    assert [f.name for f in task_cls.param_fields()] == list(params)
+
+
+def test_the_built_in_tasks_attributes() -> None:
+    """Known answers for the attribute laws below."""
+    text = [n for n in BUILT_IN if registry.TASKS[n].is_text]
+    at_end = [n for n in BUILT_IN if registry.TASKS[n].answer_at_end]
+    assert (text, at_end) == (["lm_text"], ["passkey", "copy"])
+
+
+def one_answer_at_end(mask: np.ndarray) -> bool:
+    """Each row's scored targets are its last m positions, the same m in every row, after a
+    prompt (0 < m < L): what decode evaluation generates."""
+    m, length = mask.sum(axis=1), mask.shape[1]
+    suffix = np.arange(length)[None, :] >= length - m[:, None]
+    return bool((m == m[0]).all() and 0 < m[0] < length and (mask == suffix).all())
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_is_text_and_answer_at_end_say_what_the_task_does(
+    name: str, tasks: dict, batches: dict
+) -> None:
+    """`is_text`: the train and eval splits read different operands (text); `answer_at_end`:
+    every batch (each length of the shared task tests) scores one answer at the end."""
+    entry, task = registry.TASKS[name], tasks[name]
+    train, held_out = task.operands("train"), task.operands("eval")
+    assert len(train) == len(held_out)
+    splits_differ = any(
+        not np.array_equal(np.asarray(a), np.asarray(b))
+        for a, b in zip(train, held_out, strict=True)
+    )
+    assert entry.is_text is splits_differ
+    at_end = [one_answer_at_end(batches[name, length][2]) for length in LENGTHS]
+    assert entry.answer_at_end is all(at_end), at_end
 
 
 def test_parameters_round_trip_through_make_task(tasks: dict) -> None:
@@ -254,3 +278,10 @@ def test_check_trial_matches_config_validate(
         assert outcome is None
     else:
         assert outcome is not None and outcome.startswith(expected), outcome
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_check_trial_matches_config_validate_for_every_task(name: str, corpus_100: str) -> None:
+    """Every registered task, at the small parameters of its test module."""
+    cfg = _trial(name, 256, task_module(name).tiny_params(corpus_100))
+    assert _outcome(check_trial, cfg) == _outcome(config.validate, cfg)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import numpy as np
 import pytest
@@ -14,6 +16,20 @@ from rope_lab.tasks import (
     sample_batch,
 )
 from tests.tasks.common import BATCH, FAST, LENGTH, SEED, SLOW, as_numpy
+
+# What the shared task tests read of this task (tests/tasks/common.py, `task_module`).
+PARAMS = {"p_ignore": (float, 0.8)}
+EVERY_ROW_SCORED = False  # a row may hold no read instruction
+
+
+def example(text_path: str) -> FlipFlopTask:
+    """The flip-flop task the shared tests sample and check with `check_flipflop`."""
+    return make_task("flipflop", 8)
+
+
+def tiny_params(text_path: str) -> dict[str, Any]:
+    """Parameters for 8-token trials at vocabulary 256."""
+    return {}
 
 
 def check_flipflop(task: FlipFlopTask, tokens, targets, mask) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import numpy as np
 import pytest
@@ -12,6 +14,19 @@ from rope_lab.tasks import (
     sample_batch,
 )
 from tests.tasks.common import BATCH, as_numpy
+
+# What the shared task tests read of this task (tests/tasks/common.py, `task_module`).
+PARAMS = {"num_pairs": (int, 8), "pair_density": (float, 0.0)}
+
+
+def example(text_path: str) -> MQARTask:
+    """The MQAR task the shared tests sample and check with `check_mqar`."""
+    return make_task("mqar", 40, num_pairs=4)
+
+
+def tiny_params(text_path: str) -> dict[str, Any]:
+    """Parameters for 8-token trials at vocabulary 256."""
+    return {"num_pairs": 2}
 
 
 def check_mqar(task: MQARTask, tokens, targets, mask) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import numpy as np
 
@@ -11,6 +13,19 @@ from rope_lab.tasks import (
     sample_batch,
 )
 from tests.tasks.common import BATCH, as_numpy
+
+# What the shared task tests read of this task (tests/tasks/common.py, `task_module`).
+PARAMS = {"needle_length": (int, 4), "num_digits": (int, 10), "depth": (float | None, None)}
+
+
+def example(text_path: str) -> PasskeyTask:
+    """The passkey task the shared tests sample and check with `check_passkey`."""
+    return make_task("passkey", 32)
+
+
+def tiny_params(text_path: str) -> dict[str, Any]:
+    """Parameters for 8-token trials at vocabulary 256, with a short answer."""
+    return {"needle_length": 2}
 
 
 def check_passkey(task: PasskeyTask, tokens, targets, mask) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import numpy as np
 
@@ -11,6 +13,25 @@ from rope_lab.tasks import (
     sample_batch,
 )
 from tests.tasks.common import BATCH, as_numpy
+
+# What the shared task tests read of this task (tests/tasks/common.py, `task_module`).
+PARAMS = {
+    "branching": (int, 4),
+    "copy_prob": (float, 0.02),
+    "span_length": (int, 16),
+    "min_lag": (int, 32),
+    "seed": (int, 0),
+}
+
+
+def example(text_path: str) -> SyntheticLMTask:
+    """The synthetic LM the shared tests sample and check with `check_lm_synthetic`."""
+    return make_task("lm_synthetic", 50, min_lag=8, copy_prob=0.1)
+
+
+def tiny_params(text_path: str) -> dict[str, Any]:
+    """Parameters for 8-token trials at vocabulary 256."""
+    return {"span_length": 2, "min_lag": 4}
 
 
 def check_lm_synthetic(task: SyntheticLMTask, tokens, targets, mask) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import jax
 import numpy as np
 import pytest
@@ -15,6 +18,28 @@ from rope_lab.tasks import (
     text_split_bounds,
 )
 from tests.tasks.common import BATCH, as_numpy
+
+# What the shared task tests read of this task (tests/tasks/common.py, `task_module`).
+PARAMS = {
+    "path": (str, dataclasses.MISSING),
+    "eval_fraction": (float, 0.1),
+    "eval_path": (str | None, None),
+}
+
+
+def example(text_path: str) -> TextLMTask:
+    """The text LM of `text_path` that the shared tests sample and check with `check_lm_text`."""
+    return make_task("lm_text", 256, path=text_path)
+
+
+def tiny_params(text_path: str) -> dict[str, Any]:
+    """Parameters for 8-token trials at vocabulary 256."""
+    return {"path": text_path}
+
+
+def check_lm_text(task: TextLMTask, tokens, targets, mask) -> None:
+    """Every position of a text window is scored (the windows themselves: below)."""
+    assert mask.all()
 
 
 def test_lm_text_windows(text_file: str, tasks: dict, batches: dict) -> None:

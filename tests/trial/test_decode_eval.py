@@ -9,11 +9,13 @@ import pytest
 
 from rope_lab.config import ConfigError, replace, validate
 from rope_lab.model.factory import make_model
+from rope_lab.registry import TASKS
 from rope_lab.tasks import sample_batch, task_from_config
 from rope_lab.trial.decode_eval import DECODE, answer_length, decode_rows, decode_scores
 from rope_lab.trial.scaling_plan import Scaling
 from tests.helpers import tiny_trial
 from tests.model.test_decode import jittered
+from tests.tasks.common import task_module
 
 
 def test_answer_length_is_the_common_scored_suffix():
@@ -36,12 +38,15 @@ def _greedy_by_hand(model, prompt, steps):
     return np.asarray(seq[len(prompt) :])
 
 
-@pytest.mark.parametrize("task", ["passkey", "copy"])
-def test_scores_are_greedy_answers_compared_with_the_targets(task):
+@pytest.mark.parametrize("task", [n for n in TASKS.names() if TASKS[n].answer_at_end])
+def test_scores_are_greedy_answers_compared_with_the_targets(task, tmp_path):
     """Each sequence's prompt ends at the token that predicts the first answer token; the
     answer generated from it equals greedy decoding by full forwards, and the scores count
-    its tokens against the targets."""
-    params = (("needle_length", 2),) if task == "passkey" else (("segment_length", 3),)
+    its tokens against the targets. Every task with one answer at its end, at the small
+    parameters of its test module."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(bytes(range(32, 127)) * 40)
+    params = tuple(task_module(task).tiny_params(str(corpus)).items())
     cfg = validate(tiny_trial("rope", width=16, head_dim=4, task=task, task_params=params))
     model = jittered(make_model(cfg))
     task_ = task_from_config(cfg.task)
