@@ -243,7 +243,7 @@ def cmd_loss_law(args: argparse.Namespace) -> int:
     matplotlib.use("Agg")
     import polars as pl
 
-    from rope_lab.analysis.loss_law import loss_law_table
+    from rope_lab.analysis.loss_law_table import loss_law_table
     from rope_lab.analysis.plots import scaling_data
 
     rows, where = scaling_data(list(args.run_dirs), "loss", length_ratio=args.length_ratio)

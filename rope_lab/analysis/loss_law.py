@@ -20,41 +20,25 @@ grid again and a second start from its best point would cost ~80 ms more per ref
 
 ``d=None`` fits the one-variable law ``L(N) = E + A / N**alpha`` (D constant, e.g. a sweep over
 width at a fixed token budget): the same objective without the B term, from the (e, a, alpha)
-grid. ``held_out_check`` fits on all points but those with the largest N (or a given mask) and
-returns the relative errors of the predictions at the held-out points.
+grid. Held-out checks and the per-group table: `rope_lab.analysis.loss_law_table`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import dataclasses
-import functools
 import itertools
 import math
-import os
-import re
 import warnings
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import polars as pl
 from scipy import optimize
+from threadpoolctl import threadpool_limits
 
 from rope_lab.analysis.fits import percentile_ci, resampling_units
 
-__all__ = [
-    "HOFFMANN_GRID",
-    "HeldOutCheck",
-    "LossLawFit",
-    "fit_loss_law",
-    "held_out_check",
-    "huber",
-    "loss_law_table",
-]
+__all__ = ["HOFFMANN_GRID", "MIN_DISTINCT", "LossLawFit", "as_1d", "fit_loss_law", "huber"]
 
 _Array = np.ndarray[Any, np.dtype[np.float64]]
 
@@ -67,7 +51,7 @@ HOFFMANN_GRID: dict[str, tuple[float, ...]] = {
     "beta": (0.0, 0.5, 1.0, 1.5, 2.0),
 }
 _NAMES = ("E", "A", "alpha", "B", "beta")  # natural parameters, in the order of theta
-_MIN_DISTINCT = 3  # distinct N (and D) values needed to identify a power-law term and E
+MIN_DISTINCT = 3  # distinct N (and D) values needed to identify a power-law term and E
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,48 +157,6 @@ def _value_and_grad(
     return float(huber(r, delta).sum()) / scale, np.asarray(grad) / scale
 
 
-@functools.cache
-def _openblas_thread_controls() -> tuple[tuple[Any, Any], ...]:
-    """(get, set) thread-count functions of every OpenBLAS already loaded (numpy's, scipy's);
-    empty where /proc/self/maps is missing (not Linux)."""
-    try:
-        maps = Path("/proc/self/maps").read_text()
-    except OSError:
-        return ()
-    controls = []
-    for path in sorted(set(re.findall(r"(/\S*openblas\S*\.so[\w.]*)", maps))):
-        try:
-            lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
-        except OSError:
-            continue
-        for name in ("scipy_openblas_{}64_", "scipy_openblas_{}", "openblas_{}64_", "openblas_{}"):
-            get = getattr(lib, name.format("get_num_threads"), None)
-            put = getattr(lib, name.format("set_num_threads"), None)
-            if get is not None and put is not None:
-                controls.append((get, put))
-                break
-    return tuple(controls)
-
-
-@contextlib.contextmanager
-def _one_blas_thread() -> Iterator[None]:
-    """Run the block with OpenBLAS single-threaded (restored after).
-
-    L-BFGS-B's 5-variable linear algebra gains nothing from BLAS threads, and on a loaded 2-core
-    machine their hand-offs made each ``setulb`` call ~0.4 ms instead of ~10 us (a 16-start fit
-    took 9 s instead of 0.3 s).
-    """
-    controls = _openblas_thread_controls()
-    before = [get() for get, _ in controls]
-    for _, put in controls:
-        put(1)
-    try:
-        yield
-    finally:
-        for (_, put), count in zip(controls, before, strict=True):
-            put(count)
-
-
 def _grid(two_variable: bool) -> _Array:
     """Hoffmann's initialisations as rows of theta: (4500, 5), or (180, 3) without D."""
     names = ("e", "a", "alpha", "b", "beta") if two_variable else ("e", "a", "alpha")
@@ -282,7 +224,8 @@ def _natural(theta: _Array) -> tuple[float, float, float, float, float]:
     return math.exp(e), math.exp(a), alpha, math.exp(float(theta[3])), float(theta[4])
 
 
-def _as_1d(name: str, values: npt.ArrayLike, size: int | None = None) -> _Array:
+def as_1d(name: str, values: npt.ArrayLike, size: int | None = None) -> _Array:
+    """``values`` as a 1-D float array (of ``size`` values when given); ValueError otherwise."""
     arr = np.asarray(values, dtype=float)
     if arr.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
@@ -295,9 +238,9 @@ def _prepare(
     n: npt.ArrayLike, d: npt.ArrayLike | None, loss: npt.ArrayLike, groups: npt.ArrayLike | None
 ) -> tuple[_Array, _Array | None, _Array, npt.NDArray[Any] | None]:
     """Validated 1-D float arrays (non-finite points dropped) and groups, equal lengths."""
-    na = _as_1d("n", n)
-    la = _as_1d("loss", loss, na.size)
-    da = None if d is None else _as_1d("d", d, na.size)
+    na = as_1d("n", n)
+    la = as_1d("loss", loss, na.size)
+    da = None if d is None else as_1d("d", d, na.size)
     ga = None if groups is None else np.asarray(groups, dtype=object)
     if ga is not None and ga.shape != na.shape:
         raise ValueError(f"groups has shape {ga.shape}, n has {na.shape}: lengths must match")
@@ -315,16 +258,16 @@ def _prepare(
         raise ValueError(
             f"loss-law fit of {params} parameters needs at least {params} points, got {na.size}"
         )
-    if np.unique(na).size < _MIN_DISTINCT:
+    if np.unique(na).size < MIN_DISTINCT:
         raise ValueError(
-            f"loss-law fit needs at least {_MIN_DISTINCT} distinct n values, "
+            f"loss-law fit needs at least {MIN_DISTINCT} distinct n values, "
             f"got {np.unique(na).tolist()}"
         )
-    if da is not None and np.unique(da).size < _MIN_DISTINCT:
+    if da is not None and np.unique(da).size < MIN_DISTINCT:
         constant = np.unique(da).size == 1
         hint = " (d is constant: pass d=None for L(N) = E + A/N^alpha)" if constant else ""
         raise ValueError(
-            f"loss-law fit needs at least {_MIN_DISTINCT} distinct d values, "
+            f"loss-law fit needs at least {MIN_DISTINCT} distinct d values, "
             f"got {np.unique(da).tolist()}{hint}"
         )
     return na, da, la, ga
@@ -355,7 +298,9 @@ def fit_loss_law(
     na, da, la, ga = _prepare(n, d, loss, groups)
     if not delta > 0:
         raise ValueError(f"delta must be > 0, got {delta}")
-    with _one_blas_thread():
+    # L-BFGS-B's 5-variable linear algebra gains nothing from BLAS threads, and on a loaded
+    # 2-core machine their hand-offs made a 60-refit fit take 13.7 s instead of 1.5 s
+    with threadpool_limits(limits=1, user_api="blas"):
         return _fit(na, da, la, ga, delta, n_boot, level, seed, n_starts)
 
 
@@ -384,8 +329,8 @@ def _fit(
             pick = np.concatenate([units[j] for j in rng.integers(0, len(units), len(units))])
             lnb, lyb = ln[pick], ly[pick]
             ldb = None if ld is None else ld[pick]
-            if np.unique(lnb).size < _MIN_DISTINCT or (
-                ldb is not None and np.unique(ldb).size < _MIN_DISTINCT
+            if np.unique(lnb).size < MIN_DISTINCT or (
+                ldb is not None and np.unique(ldb).size < MIN_DISTINCT
             ):
                 continue
             try:
@@ -412,161 +357,3 @@ def _fit(
         level=level,
         boot=samples,
     )
-
-
-@dataclasses.dataclass(frozen=True)
-class HeldOutCheck:
-    """Extrapolation check: a fit without the held-out points and its errors on them.
-
-    ``held_out`` (m,) marks the held-out points among the inputs; ``n``, ``d``, ``loss``,
-    ``predicted`` and ``rel_error = predicted / loss - 1`` are (h,) over those points
-    (``d`` is None for the one-variable law).
-    """
-
-    fit: LossLawFit
-    held_out: npt.NDArray[np.bool_]
-    n: _Array
-    d: _Array | None
-    loss: _Array
-    predicted: _Array
-    rel_error: _Array
-
-    @property
-    def max_abs_rel_error(self) -> float:
-        """Largest |relative error| over the held-out points."""
-        return float(np.max(np.abs(self.rel_error)))
-
-    def as_frame(self) -> pl.DataFrame:
-        """One row per held-out point: n, d (two-variable), loss, predicted, rel_error."""
-        cols: dict[str, Any] = {"n": self.n}
-        if self.d is not None:
-            cols["d"] = self.d
-        cols.update(loss=self.loss, predicted=self.predicted, rel_error=self.rel_error)
-        return pl.DataFrame(cols)
-
-
-def held_out_check(
-    n: npt.ArrayLike,
-    d: npt.ArrayLike | None,
-    loss: npt.ArrayLike,
-    *,
-    held_out: npt.ArrayLike | None = None,
-    groups: npt.ArrayLike | None = None,
-    delta: float = 1e-3,
-    n_boot: int = 0,
-    level: float = 0.95,
-    seed: int = 0,
-    n_starts: int | None = 16,
-) -> HeldOutCheck:
-    """Fit the loss law on all points (m,) but the held-out ones and predict those.
-
-    ``held_out``: boolean mask (m,) of the points to hold out; default every point at the
-    largest n (the extrapolation in model size). The fit (``fit_loss_law`` with the other
-    arguments, no bootstrap by default) sees only the remaining points; returns the held-out
-    points, their predictions and relative errors ``predicted / loss - 1``.
-    """
-    na = _as_1d("n", n)
-    la = _as_1d("loss", loss, na.size)
-    da = None if d is None else _as_1d("d", d, na.size)
-    if held_out is None:
-        mask = np.isfinite(na) & (na == np.nanmax(na))
-    else:
-        mask = np.asarray(held_out)
-        if mask.dtype != np.bool_ or mask.shape != na.shape:
-            raise ValueError(f"held_out must be a boolean mask of shape {na.shape}")
-    if not mask.any() or mask.all():
-        raise ValueError("held_out must leave out some points and keep others")
-    ga = None if groups is None else np.asarray(groups, dtype=object)
-    if ga is not None and ga.shape != na.shape:
-        raise ValueError(f"groups has shape {ga.shape}, n has {na.shape}: lengths must match")
-    keep = ~mask
-    fit = fit_loss_law(
-        na[keep],
-        None if da is None else da[keep],
-        la[keep],
-        groups=None if ga is None else ga[keep],
-        delta=delta,
-        n_boot=n_boot,
-        level=level,
-        seed=seed,
-        n_starts=n_starts,
-    )
-    dh = None if da is None else da[mask]
-    predicted = fit.predict(na[mask], dh)
-    return HeldOutCheck(
-        fit=fit,
-        held_out=mask,
-        n=na[mask],
-        d=dh,
-        loss=la[mask],
-        predicted=predicted,
-        rel_error=predicted / la[mask] - 1.0,
-    )
-
-
-LAW_COLUMNS = ("E", "A", "alpha", "B", "beta")
-
-
-def loss_law_table(
-    frame: pl.DataFrame,
-    *,
-    n: str = "n_params_non_embedding",
-    d: str = "tokens_seen",
-    y: str = "loss",
-    by: tuple[str, ...] = (),
-    group_col: str | None = "train.seed",
-    n_boot: int = 200,
-    level: float = 0.95,
-    seed: int = 0,
-) -> pl.DataFrame:
-    """One loss-law fit per group of ``by`` over the rows of ``frame`` (one row per trial):
-    ``L(N, D)`` when column ``d`` takes at least 3 values in the group, else ``L(N)``.
-
-    Columns: ``by``..., ``law``, the estimates and ``<name>_ci_low/high`` of E, A, alpha, B,
-    beta (bootstrap over ``group_col`` when it varies, else over points), ``objective``,
-    ``n``, ``n_groups``, ``heldout_points`` and ``heldout_max_rel_error`` (the fit without the
-    largest N predicting it: `held_out_check`; null when too few N remain) and ``error`` (why
-    a group could not be fitted; the other values then null)."""
-    missing = [c for c in (n, d, y, *by) if c not in frame.columns]
-    if missing:
-        raise ValueError(f"loss-law fit: no column(s) {missing}; columns are {frame.columns}")
-    parts = frame.partition_by(list(by), as_dict=True, maintain_order=True) if by else {(): frame}
-    rows: list[dict[str, Any]] = []
-    for key, part in parts.items():
-        rec: dict[str, Any] = dict(zip(by, key, strict=True))
-        ns = part.get_column(n).cast(pl.Float64).to_numpy()
-        ds = part.get_column(d).cast(pl.Float64).to_numpy()
-        ys = part.get_column(y).cast(pl.Float64).to_numpy()
-        dd = ds if np.unique(ds[np.isfinite(ds)]).size >= _MIN_DISTINCT else None
-        groups = None
-        if group_col and group_col in part.columns and part.get_column(group_col).n_unique() > 1:
-            groups = part.get_column(group_col).to_numpy()
-        rec["law"] = "L(N, D)" if dd is not None else "L(N)"
-        try:
-            fit = fit_loss_law(ns, dd, ys, groups=groups, n_boot=n_boot, level=level, seed=seed)
-        except ValueError as e:
-            rows.append({**rec, "error": str(e)})
-            continue
-        rec.update(fit.as_dict())
-        rec.pop("two_variable"), rec.pop("delta")
-        try:
-            check = held_out_check(ns, dd, ys, groups=groups, seed=seed)
-            rec["heldout_points"] = int(check.held_out.sum())
-            rec["heldout_max_rel_error"] = check.max_abs_rel_error
-        except ValueError:
-            pass
-        rows.append({**rec, "error": None})
-    floats = [*LAW_COLUMNS, *(f"{c}_ci_{s}" for c in LAW_COLUMNS for s in ("low", "high"))]
-    floats += ["objective", "heldout_max_rel_error"]
-    schema: dict[str, Any] = {c: frame.schema[c] for c in by}
-    schema["law"] = pl.String()
-    schema.update({c: pl.Float64() for c in floats})
-    schema.update(
-        {
-            "n": pl.Int64(),
-            "n_groups": pl.Int64(),
-            "heldout_points": pl.Int64(),
-            "error": pl.String(),
-        }
-    )
-    return pl.DataFrame([{c: r.get(c) for c in schema} for r in rows], schema=schema, orient="row")

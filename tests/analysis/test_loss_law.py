@@ -11,9 +11,12 @@ import polars as pl
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from scipy import optimize
+from threadpoolctl import threadpool_info
 
 from rope_lab.analysis import loss_law
-from rope_lab.analysis.loss_law import fit_loss_law, held_out_check, huber
+from rope_lab.analysis.loss_law import fit_loss_law, huber
+from rope_lab.analysis.loss_law_table import held_out_check
 
 # Hoffmann et al.'s published estimates, as a ground truth of realistic size.
 TRUE = {"E": 1.69, "A": 406.4, "alpha": 0.34, "B": 410.7, "beta": 0.28}
@@ -177,12 +180,56 @@ def test_huber_is_quadratic_then_linear() -> None:
     np.testing.assert_allclose(huber(r, math.inf), 0.5 * r**2)
 
 
-def test_blas_thread_count_is_restored() -> None:
-    controls = loss_law._openblas_thread_controls()
-    before = [get() for get, _ in controls]
-    with loss_law._one_blas_thread():
-        assert all(get() == 1 for get, _ in controls)
-    assert [get() for get, _ in controls] == before
+def _huber_fit_by_brute_force(n, loss, residual) -> np.ndarray:
+    """(E, A, alpha) minimising the summed Huber loss (delta 1e-3) of ``residual(pred, loss)``
+    for L = E + A / N**alpha: Nelder-Mead on (log E, log A, alpha) from three starts."""
+
+    def objective(p) -> float:
+        pred = math.exp(p[0]) + math.exp(p[1]) * n ** -p[2]
+        return float(huber(residual(pred, loss), 1e-3).sum())
+
+    best = None
+    for x in ([0.4, 6.0, 0.45], [0.0, 4.0, 0.3], [0.8, 8.0, 0.7]):
+        for _ in range(3):  # restarts: the simplex stalls on the kinks of the Huber loss
+            sol = optimize.minimize(
+                objective,
+                x,
+                method="Nelder-Mead",
+                options={"xatol": 1e-10, "fatol": 1e-14, "maxiter": 20000, "maxfev": 20000},
+            )
+            x = sol.x
+        if best is None or sol.fun < best.fun:
+            best = sol
+    return np.array([math.exp(best.x[0]), math.exp(best.x[1]), best.x[2]])
+
+
+def test_the_huber_loss_is_on_log_residuals() -> None:
+    """Losses from 31 down to 1.5 with 3% noise and the largest 50% too high: the fit is the
+    minimum of the Huber loss of log(pred) - log(loss) (brute force here); on raw residuals
+    pred - loss the largest loss would dominate and pull alpha to ~0.62."""
+    n = np.geomspace(1e3, 1e9, 10)
+    loss = (1.5 + 400.0 * n**-0.45) * np.exp(np.random.default_rng(3).normal(0.0, 0.03, 10))
+    loss[0] *= 1.5
+    expected = _huber_fit_by_brute_force(n, loss, lambda p, y: np.log(p) - np.log(y))
+    raw = _huber_fit_by_brute_force(n, loss, lambda p, y: p - y)
+    assert np.all(np.abs(raw / expected - 1) > [0.05, 1.0, 0.15])  # the two laws differ clearly
+    fit = fit_loss_law(n, None, loss, n_boot=0)
+    np.testing.assert_allclose([fit.E, fit.A, fit.alpha], expected, rtol=1e-5)
+    assert fit.objective == pytest.approx(
+        float(huber(np.log(fit.predict(n)) - np.log(loss), 1e-3).sum()), rel=1e-9
+    )
+
+
+def test_the_fit_runs_blas_on_one_thread_and_restores_it(monkeypatch) -> None:
+    def blas_threads() -> list[int]:
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    seen, fit = [], loss_law._fit
+    monkeypatch.setattr(loss_law, "_fit", lambda *a: seen.append(blas_threads()) or fit(*a))
+    before = blas_threads()
+    n = np.geomspace(1e5, 1e9, 5)
+    fit_loss_law(n, None, 2.1 + 55.0 * n**-0.3, n_boot=0)
+    assert before and seen == [[1] * len(before)] and blas_threads() == before
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import polars as pl
 from matplotlib.figure import Figure
 
 from rope_lab.analysis import query as q
-from rope_lab.analysis.loss_law import loss_law_table
+from rope_lab.analysis.loss_law_table import loss_law_table
 from rope_lab.analysis.plots.axes import loglog
 from rope_lab.analysis.plots.frames import Source, finite_rows
 from rope_lab.analysis.plots.labels import constant_note, format_value, name_of, subtitle

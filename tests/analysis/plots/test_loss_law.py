@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from rope_lab.analysis.loss_law import held_out_check
+from rope_lab.analysis.loss_law_table import held_out_check
 from rope_lab.analysis.plots import scaling_data
 from rope_lab.cli import main
 from rope_lab.results import append_rows, mark_success, trial_dir, write_trial_row
