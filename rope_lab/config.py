@@ -51,7 +51,8 @@ ANY_PROTOCOL = "any"
 @dataclass(frozen=True)
 class PositionConfig:
     """How positions enter the model: the encoding `kind` and its own typed config `options`
-    (a registered `positions.EncodingConfig`, reachable as `position.<kind>` too).
+    (a registered `positions.EncodingConfig`; in YAML and result columns under the kind's name,
+    `model.position.<kind>.<field>`).
 
     `max_length` sizes the learned table (None: the longest evaluated length). With
     `randomized`, training positions are a sorted random subset of [0, random_max_length)
@@ -68,12 +69,6 @@ class PositionConfig:
         cls = variant_class(POSITIONS, self.kind, "model.position.kind")
         if type(self.options) is not cls:  # None, or left over from another kind by `replace`
             object.__setattr__(self, "options", cls())
-
-    def __getattr__(self, name: str) -> Any:
-        state = self.__dict__
-        if name == state.get("kind"):
-            return state["options"]
-        raise AttributeError(f"PositionConfig has no {name!r} (kind is {state.get('kind')!r})")
 
 
 @dataclass(frozen=True)
@@ -98,8 +93,8 @@ class LayerConfig:
     def slug(self, model: ModelConfig) -> str:
         """Short name of the kind in trial ids, e.g. 'rope.w16' or 'none'."""
         pos = self.position or model.position
-        theta = "" if pos.kind != "rope" or self.position is None else f"{pos.rope.theta:g}"
-        parts = [f"{pos.kind}{theta}"]
+        tag = "" if self.position is None else pos.options.layer_tag()
+        parts = [f"{pos.kind}{tag}"]
         if self.window is not None:
             parts.append(f"w{self.window}")
         if self.attn_scale:
@@ -585,10 +580,11 @@ def _check_layers(cfg: TrialConfig) -> None:
                 f"{path}.position.kind: {pos.kind!r} adds to the input once; set it as "
                 "model.position"
             )
-        if pos.options.supports_scaling and pos.rope.scaling != "default":
+        trained = pos.options.trained_scaling()
+        if trained is not None and trained[0] != "default":
             raise ConfigError(
-                f"{path}.position.rope.scaling: a layer kind trains unscaled RoPE; "
-                f"got {pos.rope.scaling!r}"
+                f"{path}.position.{pos.kind}.scaling: a layer kind trains unscaled; "
+                f"got {trained[0]!r}"
             )
         layer_trial = dataclasses.replace(cfg, model=m.with_position(pos))
         pos.options.check(layer_trial, f"{path}.position.{pos.kind}")

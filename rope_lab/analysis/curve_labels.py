@@ -3,25 +3,27 @@
 at evaluation, ``"alibi/log-length temperature"`` for the zero-shot attention temperature (method
 ``"temperature"``, any encoding), plus ``" +ft100"`` after 100 fine-tuning steps.
 
-Rows carry the flattened trial config; only encodings with RoPE fields have
-``model.position.rope.*`` columns (null elsewhere), so no kind name is tested here.
+Rows carry the flattened trial config, an encoding's fields in ``model.position.<kind>.<field>``
+(null for the other kinds). The rotary family's training-time scaling is its ``scaling`` and
+``factor`` fields (``positions.rotary.RotaryConfig``), read here for whichever kind a row has,
+so no kind name is tested. Nothing here imports JAX or the encoding registry.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Sequence
 from typing import Final
 
 import polars as pl
 
-from rope_lab.registry import POSITIONS
+from rope_lab.results.columns import NAMED_ELSEWHERE, OPTIONS_COLUMN
 from rope_lab.trial.scaling_plan import TEMPERATURE
 
 KIND: Final = "model.position.kind"
-SCALING: Final = "model.position.rope.scaling"
-TRAIN_FACTOR: Final = "model.position.rope.factor"
+# the rotary family's training-time scaling fields (`RotaryConfig.scaling`, `.factor`)
+SCALING_FIELD: Final = "scaling"
+FACTOR_FIELD: Final = "factor"
 TEMPERATURE_LABEL: Final = "log-length temperature"  # what a temperature row's label names
 LAYERS: Final = "model.layers"
 SSMAX: Final = "model.scalable_softmax"
@@ -29,22 +31,27 @@ POSE: Final = "train.pose_target_length"
 RANDOMIZED: Final = "model.position.randomized"
 PROTOCOL: Final = "eval.text_protocol"
 STRIDE: Final = "eval.text_stride"
-# RoPE fields the label names elsewhere (a training-time scaling reads "rope (linear x2)")
-_NAMED_ELSEWHERE: Final = frozenset({"scaling", "factor", "params"})
 
 
-def _option_columns(columns: Sequence[str]) -> list[str]:
-    """Flattened encoding fields, ``model.position.<kind>.<field>``, that a label may name."""
+def _encoding_columns(columns: Sequence[str], field: str | None = None) -> list[str]:
+    """Flattened encoding fields ``model.position.<kind>.<field>`` (any field when None)."""
     out = []
     for col in columns:
         parts = col.split(".")
-        if (
-            len(parts) == 4
-            and parts[:2] == ["model", "position"]
-            and parts[3] not in _NAMED_ELSEWHERE
-        ):
+        if len(parts) == 4 and parts[:2] == ["model", "position"] and field in (None, parts[3]):
             out.append(col)
     return out
+
+
+def own_field(columns: Sequence[str], field: str) -> pl.Expr | None:
+    """Each row's value of its own encoding's ``field`` (``model.position.<kind>.<field>`` of
+    the row's kind; null where the kind has no such field), or None when no kind has it."""
+    cols = _encoding_columns(columns, field)
+    if not cols:
+        return None
+    if KIND not in columns:
+        return pl.coalesce([pl.col(c) for c in cols])
+    return pl.coalesce([pl.when(pl.col(KIND) == c.split(".")[2]).then(pl.col(c)) for c in cols])
 
 
 def layout_name(kind: str | None, layers_json: str | None) -> str:
@@ -55,8 +62,9 @@ def layout_name(kind: str | None, layers_json: str | None) -> str:
         return ""
     names = []
     for layer in layers:
-        parts = [(layer.get("position") or {}).get("kind") or kind or "?"]
-        theta = ((layer.get("position") or {}).get("rope") or {}).get("theta")
+        own = layer.get("position") or {}
+        parts = [own.get("kind") or kind or "?"]
+        theta = (own.get(own.get("kind")) or {}).get("theta")  # a rotary kind's own base
         if theta is not None and theta != 10000.0:
             parts[0] += f"{theta:g}"
         if layer.get("window") is not None:
@@ -69,12 +77,29 @@ def layout_name(kind: str | None, layers_json: str | None) -> str:
     return f" [{' | '.join(names)}]"
 
 
-def _option_expr(col: str) -> pl.Expr | None:
-    """``" name value"`` where the row's encoding owns field ``col`` and it is off its default
-    (native expressions: a Python function inside when/then branches was not applied to every
-    row)."""
+def _options_expr(columns: Sequence[str]) -> pl.Expr:
+    """``" rotary_fraction 0.25"``: the row's encoding fields off their defaults, as written
+    with the trial (`results.columns.options_text`). Rows of frames without that column
+    (written before it existed) are described through the encoding registry, which imports
+    the encodings."""
+    if OPTIONS_COLUMN in columns:
+        return pl.col(OPTIONS_COLUMN).fill_null("")
+    parts = [
+        p for p in (_legacy_option_expr(c) for c in _encoding_columns(columns)) if p is not None
+    ]
+    return pl.concat_str(parts) if parts else pl.lit("")
+
+
+def _legacy_option_expr(col: str) -> pl.Expr | None:
+    """``" name value"`` where the row's encoding owns field ``col`` and it is off its
+    registered default (native expressions: a Python function inside when/then branches was
+    not applied to every row)."""
+    import dataclasses
+
+    from rope_lab.registry import POSITIONS
+
     _, _, owner, name = col.split(".")
-    if owner not in POSITIONS:
+    if owner not in POSITIONS or name in NAMED_ELSEWHERE:
         return None
     defaults = {f.name: f.default for f in dataclasses.fields(POSITIONS[owner])}
     if name not in defaults:
@@ -93,10 +118,7 @@ def variant_expr(columns: Sequence[str], *, protocol: bool = True) -> pl.Expr:
     layer layout (``"rope [rope.w16 | none]"``), Scalable-Softmax (``" +SSMax"``), PoSE
     (``" +PoSE 256"``), and (with ``protocol``) a text protocol other than random windows.
     Trials that differ only there get distinct labels, so their curves are never pooled."""
-    out = pl.col(KIND).fill_null("?")
-    parts = [_option_expr(col) for col in _option_columns(columns)]
-    if parts:
-        out = pl.concat_str([out, *(p for p in parts if p is not None)])
+    out = pl.concat_str([pl.col(KIND).fill_null("?"), _options_expr(columns)])
     if RANDOMIZED in columns:
         randomized = pl.when(pl.col(RANDOMIZED).fill_null(False)).then(pl.lit(" +randomized"))
         out = pl.concat_str([out, randomized.otherwise(pl.lit(""))])
@@ -141,9 +163,9 @@ def protocol_expr(columns: Sequence[str]) -> pl.Expr:
     )
 
 
-def _factor_str(col: str) -> pl.Expr:
+def _factor_str(col: str | pl.Expr) -> pl.Expr:
     """``2.0`` -> ``"2"``, ``1.5`` -> ``"1.5"`` (like ``f"{x:g}"`` for typical factors)."""
-    f = pl.col(col)
+    f = pl.col(col) if isinstance(col, str) else col
     return (
         pl.when(f.is_null())
         .then(pl.lit("?"))
@@ -162,20 +184,23 @@ def trained_expr(columns: Sequence[str], *, as_trained: str | None = None) -> pl
     method = pl.col("method").fill_null("none")
     if as_trained is not None:
         return method == as_trained
-    if SCALING not in columns:
+    scaling = own_field(columns, SCALING_FIELD)
+    if scaling is None:
         return method == "none"
     same_factor = pl.lit(True)
-    if TRAIN_FACTOR in columns:
-        same_factor = pl.col("factor").is_null() | (pl.col("factor") == pl.col(TRAIN_FACTOR))
-    return (method == "none") | ((method == pl.col(SCALING).fill_null("default")) & same_factor)
+    train_factor = own_field(columns, FACTOR_FIELD)
+    if train_factor is not None:
+        same_factor = pl.col("factor").is_null() | (pl.col("factor") == train_factor)
+    return (method == "none") | ((method == scaling.fill_null("default")) & same_factor)
 
 
 def trained_with_scaling(columns: Sequence[str], *, as_trained: str | None = None) -> pl.Expr:
     """Whether a row's RoPE was trained with a scaling, which its label as trained names
     (``"rope (linear x2)"``; eval tables, ``as_trained`` None, only)."""
-    if as_trained is not None or KIND not in columns or SCALING not in columns:
+    scaling = own_field(columns, SCALING_FIELD)
+    if as_trained is not None or KIND not in columns or scaling is None:
         return pl.lit(False)
-    return pl.col(SCALING).fill_null("default") != "default"  # null: no RoPE fields
+    return scaling.fill_null("default") != "default"  # null: not a rotary encoding
 
 
 def label_expr(columns: Sequence[str], *, as_trained: str | None = None) -> pl.Expr:
@@ -196,10 +221,12 @@ def label_expr(columns: Sequence[str], *, as_trained: str | None = None) -> pl.E
     if KIND in columns:
         kind = variant_expr(columns)
         base = kind
-        if SCALING in columns and as_trained is None:
-            name = [pl.col(SCALING).fill_null("default")]
-            if TRAIN_FACTOR in columns:
-                name += [pl.lit(" x"), _factor_str(TRAIN_FACTOR)]
+        scaling = own_field(columns, SCALING_FIELD)
+        if scaling is not None and as_trained is None:
+            name = [scaling.fill_null("default")]
+            train_factor = own_field(columns, FACTOR_FIELD)
+            if train_factor is not None:
+                name += [pl.lit(" x"), _factor_str(train_factor)]
             with_name = pl.concat_str([kind, pl.lit(" ("), *name, pl.lit(")")])
             base = pl.when(trained_with_scaling(columns)).then(with_name).otherwise(kind)
         label = pl.when(trained).then(base).otherwise(pl.concat_str([kind, pl.lit("/"), scaled]))

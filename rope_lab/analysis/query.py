@@ -21,21 +21,23 @@ import numpy as np
 import polars as pl
 
 from rope_lab.analysis.curve_labels import (
+    FACTOR_FIELD,
     KIND,
-    SCALING,
-    TRAIN_FACTOR,
+    SCALING_FIELD,
     label_expr,
+    own_field,
     trained_expr,
     trained_with_scaling,
 )
 from rope_lab.results import Results, RunDirError, load
+from rope_lab.results.columns import TASK_METRIC_COLUMN
 
 __all__ = [
+    "FACTOR_FIELD",
     "KIND",
     "MEASUREMENT_COLUMNS",
     "RUN_COLUMNS",
-    "SCALING",
-    "TRAIN_FACTOR",
+    "SCALING_FIELD",
     "QueryError",
     "Source",
     "aggregate_seeds",
@@ -47,6 +49,7 @@ __all__ = [
     "label_expr",
     "ntk_final",
     "ntk_table",
+    "own_field",
     "results_of",
     "task_metrics",
     "trained_expr",
@@ -113,7 +116,12 @@ def task_metrics(frame: pl.DataFrame) -> dict[str | None, str]:
     if "task.name" not in frame.columns:
         return {None: "accuracy"}
     tasks = frame.get_column("task.name").unique().to_list()
-    return {t: default_metric(t) for t in sorted(tasks, key=lambda t: (t is None, str(t)))}
+    written: dict[str | None, str] = {}
+    if TASK_METRIC_COLUMN in frame.columns:  # written with the trial (no registry import)
+        pairs = frame.select("task.name", TASK_METRIC_COLUMN).drop_nulls().unique()
+        written = dict(pairs.iter_rows())
+    ordered = sorted(tasks, key=lambda t: (t is None, str(t)))
+    return {t: written[t] if t in written else default_metric(t) for t in ordered}
 
 
 def results_of(source: Source) -> Results:

@@ -183,3 +183,51 @@ def _scalarize(value: Any) -> Any:
                 return items
         return _to_json(raw)
     return _to_json(value)
+
+
+# Descriptor columns written beside the flattened config, so analysis reads what a trial's
+# registered variants declare without importing them (and JAX with them).
+ENCODING_PREFIX = "encoding."
+OPTIONS_COLUMN = "encoding.options"
+TASK_METRIC_COLUMN = "task.default_metric"
+# the rotary family's training-time scaling: named by the label's "(linear x2)", not as a field
+NAMED_ELSEWHERE = frozenset({"scaling", "factor", "params"})
+VARIANT_SCHEMA: dict[str, pl.DataType] = {
+    "encoding.family": pl.String(),
+    "encoding.rotary": pl.Boolean(),
+    "encoding.additive_bias": pl.Boolean(),
+    "encoding.learned": pl.Boolean(),
+    "encoding.shift_invariant": pl.Boolean(),
+    OPTIONS_COLUMN: pl.String(),
+    TASK_METRIC_COLUMN: pl.String(),
+}
+
+
+def options_text(options: Any) -> str:
+    """An encoding config's fields that differ from their defaults, as a label suffix
+    (``" rotary_fraction 0.25"``; ``""`` at the defaults), in field order."""
+    parts = []
+    for f in dataclasses.fields(options):
+        if f.name in NAMED_ELSEWHERE or f.default is dataclasses.MISSING:
+            continue
+        value = getattr(options, f.name)
+        if value is None or value == f.default:
+            continue
+        shown = str(_scalarize(value))
+        parts.append(f" {f.name} {shown[:-2] if shown.endswith('.0') else shown}")
+    return "".join(parts)
+
+
+def variant_columns(trial: Any) -> dict[str, Any]:
+    """The descriptor columns of a trial config: its model-wide encoding's
+    ``attributes()`` as ``encoding.<name>``, its off-default fields (:func:`options_text`) and
+    its task's ``default_metric``."""
+    options = trial.model.position.options
+    out: dict[str, Any] = {
+        f"{ENCODING_PREFIX}{k}": v for k, v in type(options).attributes().items()
+    }
+    out[OPTIONS_COLUMN] = options_text(options)
+    from rope_lab.registry import TASKS  # the writer has imported the task already
+
+    out[TASK_METRIC_COLUMN] = str(TASKS[trial.task.name].default_metric)
+    return out

@@ -44,6 +44,12 @@ import yaml
 
 from rope_lab.config import TrialConfig, from_dict, to_dict
 from rope_lab.results import TrialLease, append_rows, mark_success, trial_dir, write_trial_row
+from rope_lab.results.columns import (
+    VARIANT_SCHEMA,
+    config_schema,
+    flatten_config,
+    variant_columns,
+)
 from rope_lab.runtime.atomic import atomic_write_text
 from rope_lab.runtime.timing import Phases
 from rope_lab.trial.stage_plan import DECODE, TRAIN, Stage, eval_stages, find_stage
@@ -356,7 +362,12 @@ def finish_trial(
     stages = [TRAIN_STAGE, *(s.name for s in eval_stages(cfg))]
     select_stage_rows(folder, stages)
     atomic_write_text(folder / CONFIG_FILE, yaml.safe_dump(to_dict(cfg), sort_keys=False))
-    write_trial_row(folder, row, cfg)
+    write_trial_row(
+        folder,
+        row,
+        {**flatten_config(cfg), **variant_columns(cfg)},
+        config_schema={**config_schema(TrialConfig), **VARIANT_SCHEMA},
+    )
     if status != "failed":
         mark_success(folder, stages)
     return status

@@ -30,8 +30,9 @@ class Scaling:
 
 def scalings_for(cfg: TrialConfig) -> list[Scaling]:
     """The as-trained entry first (the training-time scaling of an encoding that
-    `supports_scaling`, i.e. RoPE, else `NO_SCALING`), then every RoPE (method, factor) of the
-    eval config, then `TEMPERATURE` at factor 1 when `eval.zero_shot_temperature` is set."""
+    `supports_scaling`, i.e. the rotary family, else `NO_SCALING`), then every scaling
+    (method, factor) of the eval config, then `TEMPERATURE` at factor 1 when
+    `eval.zero_shot_temperature` is set."""
     out = _rope_scalings(cfg)
     if cfg.eval.zero_shot_temperature:
         out.append(Scaling(TEMPERATURE, 1.0))
@@ -42,8 +43,7 @@ def _rope_scalings(cfg: TrialConfig) -> list[Scaling]:
     """The as-trained entry, then the eval config's RoPE scalings (none for other encodings)."""
     if not cfg.model.supports_scaling:
         return [Scaling(NO_SCALING, 1.0)]
-    pos = cfg.model.scaled_position
-    trained = Scaling(pos.rope.scaling, pos.rope.factor, pos.rope.params)
+    trained = Scaling(*cfg.model.scaled_position.options.trained_scaling())
     out = [trained]
     for method in cfg.eval.methods:
         for factor in cfg.eval.factors:

@@ -111,7 +111,7 @@ def test_axis_values_are_coerced_like_the_field_and_mappings_are_allowed():
     assert len(spec.trials) == 4
     assert {t.ntk.probe_multipliers for t in spec.trials} == {(1.0, 2.0), (1.0, 4.0)}
     assert {t.task.params for t in spec.trials} == {(("needle_length", 3),), ()}
-    assert all(t.model.position.rope.theta == 100.0 for t in spec.trials)
+    assert all(t.model.position.options.theta == 100.0 for t in spec.trials)
     assert spec.axes["task.params"] == ({"needle_length": 3}, {})
 
 
@@ -146,7 +146,7 @@ def test_a_variant_field_axis_applies_to_its_kind_only():
     kinds = [t.model.position.kind for t in spec.trials]
     assert kinds.count("rope") == 2 and kinds.count("alibi") == 1 and kinds.count("kerple_log") == 2
     assert {
-        t.model.position.rope.theta for t in spec.trials if t.model.position.kind == "rope"
+        t.model.position.options.theta for t in spec.trials if t.model.position.kind == "rope"
     } == {
         100.0,
         10000.0,

@@ -382,7 +382,7 @@ ROWS = [
 
 
 def _frame() -> pl.DataFrame:
-    cols = [q.KIND, q.SCALING, q.TRAIN_FACTOR, "method", "factor"]
+    cols = [q.KIND, "model.position.rope.scaling", "model.position.rope.factor", "method", "factor"]
     schema = dict(zip(cols, [pl.String, pl.String, pl.Float64, pl.String, pl.Float64], strict=True))
     frame = pl.DataFrame(ROWS, schema=schema, orient="row")
     return frame.with_columns(pl.lit(0).alias("finetune_steps"))

@@ -32,9 +32,10 @@ def label_columns(columns: Sequence[str], *, as_trained: str | None = None) -> l
         scaled = ~q.trained_expr(columns, as_trained=as_trained)
         method = pl.when(scaled).then(pl.col("method").fill_null("none"))
         trained_factor = pl.lit(None, pl.Float64)
-        if q.TRAIN_FACTOR in columns:
+        own_factor = q.own_field(columns, q.FACTOR_FIELD)
+        if own_factor is not None:
             named = q.trained_with_scaling(columns, as_trained=as_trained)
-            trained_factor = pl.when(named).then(pl.col(q.TRAIN_FACTOR))
+            trained_factor = pl.when(named).then(own_factor)
         factor = pl.when(scaled).then(pl.col("factor")).otherwise(trained_factor)
     return [
         kind.alias("label_kind"),
@@ -45,9 +46,8 @@ def label_columns(columns: Sequence[str], *, as_trained: str | None = None) -> l
 
 
 def with_labels(frame: pl.DataFrame, *, as_trained: str | None = None) -> pl.DataFrame:
-    """``frame`` with ``label`` (when missing: :func:`~rope_lab.analysis.query.label_expr`, or the
-    PE
-    kind without a ``method`` column) and the :data:`LABEL_COLUMNS` of its rows."""
+    """``frame`` with ``label`` (when missing: :func:`~rope_lab.analysis.query.label_expr`, or
+    the PE kind without a ``method`` column) and the :data:`LABEL_COLUMNS` of its rows."""
     if "label" not in frame.columns:
         label = (
             q.label_expr(frame.columns, as_trained=as_trained)

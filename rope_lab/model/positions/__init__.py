@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from typing import TYPE_CHECKING
 
 from jaxtyping import PRNGKeyArray
 
-from rope_lab.config import ModelConfig
 from rope_lab.model.positions.alibi import ALiBi, AlibiConfig, alibi_slopes
 from rope_lab.model.positions.base import EncodingConfig, Frozen, PositionEncoding
 from rope_lab.model.positions.learned import LearnedConfig, LearnedPE
@@ -21,12 +21,16 @@ from rope_lab.model.positions.none import NoPE, NoPEConfig
 from rope_lab.model.positions.randomized import batch_positions, random_positions
 from rope_lab.model.positions.rotary import (
     RopeConfig,
+    RotaryConfig,
     RotaryPE,
     rope_frequencies,
     rotary_dim_of,
     with_rope_scaling,
 )
 from rope_lab.model.positions.sinusoidal import SinusoidalConfig, SinusoidalPE
+
+if TYPE_CHECKING:
+    from rope_lab.config import ModelConfig
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
@@ -52,6 +56,7 @@ __all__ = [
     "NoPEConfig",
     "PositionEncoding",
     "RopeConfig",
+    "RotaryConfig",
     "RotaryPE",
     "SinusoidalConfig",
     "SinusoidalPE",

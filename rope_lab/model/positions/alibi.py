@@ -52,6 +52,7 @@ class AlibiConfig(EncodingConfig):
     order = 3
     color = "#2ca02c"
     hooks = frozenset({"bias"})
+    family = "relative"
 
     def build(self, model, *, max_length, train_length, key) -> ALiBi:
         """Slopes for `model.n_heads` heads."""

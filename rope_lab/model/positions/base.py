@@ -27,9 +27,9 @@ import equinox as eqx
 import jax
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
-from rope_lab.config import ConfigError
 from rope_lab.model import rope
 from rope_lab.model.positions.randomized import check_randomized
+from rope_lab.typed import ConfigError
 
 if TYPE_CHECKING:
     from rope_lab.config import ModelConfig, TrialConfig
@@ -87,11 +87,43 @@ class EncodingConfig:
     order: ClassVar[int]  # rank in legends
     color: ClassVar[str]  # its hue in figures
     hooks: ClassVar[frozenset[str]] = frozenset()  # which of embed/rotate/bias/contextual
-    supports_scaling: ClassVar[bool] = False  # evaluated under RoPE scaling methods
+    # what claims and figures group encodings by (`attributes`), never their names:
+    # "absolute" (added to the input), "relative" (a function of query-key distance),
+    # "contextual" (positions counted from the content), "none"
+    family: ClassVar[str] = "none"
+    learned: ClassVar[bool] = False  # has trainable parameters of its own
+    # logits unchanged when every position moves by one offset
+    shift_invariant: ClassVar[bool] = True
+    # evaluated under the registered RoPE scaling methods: set by the rotary family
+    # (`rotary.RotaryConfig`), whose frequencies a scaling recomputes
+    supports_scaling: ClassVar[bool] = False
     takes_positions: ClassVar[bool] = True  # False: positions are ignored (randomising is moot)
     # its parameters' shapes depend on `max_length` (a learned table): then the table length is
     # part of the trial id, since the eval lengths can set it
     sized_by_length: ClassVar[bool] = False
+
+    @classmethod
+    def attributes(cls) -> dict[str, str | bool]:
+        """What claims and plots select encodings by: family, rotary (a q/k rotation that the
+        scalings act on), additive_bias (a logit bias, contextual included), learned,
+        shift_invariant."""
+        return {
+            "family": cls.family,
+            "rotary": cls.supports_scaling,
+            "additive_bias": bool(cls.hooks & {"bias", "contextual"}),
+            "learned": cls.learned,
+            "shift_invariant": cls.shift_invariant,
+        }
+
+    def trained_scaling(self) -> tuple[str, float, tuple] | None:
+        """(method, factor, params) of the scaling the encoding trains under, or None when no
+        scaling acts on it."""
+        return None
+
+    def layer_tag(self) -> str:
+        """What a layer kind with its own copy of this encoding adds to its name in trial ids
+        (a rotary base: '1e+06')."""
+        return ""
 
     def build(
         self, model: ModelConfig, *, max_length: int, train_length: int, key: PRNGKeyArray

@@ -37,9 +37,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from rope_lab.config import ConfigError
 from rope_lab.model.positions.base import EncodingConfig, PositionEncoding
 from rope_lab.registry import POSITIONS
+from rope_lab.typed import ConfigError
 
 
 def contextual_positions(
@@ -92,6 +92,8 @@ class CopeConfig(EncodingConfig):
     order = 9
     color = "#000000"
     hooks = frozenset({"contextual"})
+    family = "contextual"
+    learned = True
     takes_positions = False
 
     def build(self, model, *, max_length, train_length, key) -> CoPE:

@@ -34,9 +34,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from rope_lab.config import ConfigError
 from rope_lab.model.positions.base import EncodingConfig, PositionEncoding
 from rope_lab.registry import POSITIONS
+from rope_lab.typed import ConfigError
 
 
 class Fire(PositionEncoding):
@@ -92,6 +92,9 @@ class FireConfig(EncodingConfig):
     order = 8
     color = "#8c564b"
     hooks = frozenset({"bias"})
+    family = "relative"
+    learned = True
+    shift_invariant = False  # distances are normalised by the query position
 
     def build(self, model, *, max_length, train_length, key) -> Fire:
         """An MLP of `hidden` units with `model.n_heads` outputs, drawn from `key`."""

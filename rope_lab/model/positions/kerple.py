@@ -19,9 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from rope_lab.config import ConfigError
 from rope_lab.model.positions.base import EncodingConfig, PositionEncoding
 from rope_lab.registry import POSITIONS
+from rope_lab.typed import ConfigError
 
 
 def inverse_softplus(y: float) -> float:
@@ -66,6 +66,8 @@ class KerpleLogConfig(EncodingConfig):
     order = 5
     color = "#17becf"
     hooks = frozenset({"bias"})
+    family = "relative"
+    learned = True
 
     def build(self, model, *, max_length, train_length, key) -> KerpleLog:
         """r1, r2 of `model.n_heads` heads at their initial values."""
@@ -121,6 +123,8 @@ class KerplePowerConfig(EncodingConfig):
     order = 7
     color = "#e377c2"
     hooks = frozenset({"bias"})
+    family = "relative"
+    learned = True
 
     def build(self, model, *, max_length, train_length, key) -> KerplePower:
         """r1, r2 of `model.n_heads` heads at their initial values."""

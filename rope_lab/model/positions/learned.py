@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from rope_lab.config import ConfigError
 from rope_lab.model.positions.base import EncodingConfig, PositionEncoding
 from rope_lab.registry import POSITIONS
+from rope_lab.typed import ConfigError
 
 
 class LearnedPE(PositionEncoding):
@@ -35,6 +35,9 @@ class LearnedConfig(EncodingConfig):
     order = 1
     color = "#ff7f0e"
     hooks = frozenset({"embed"})
+    family = "absolute"
+    learned = True
+    shift_invariant = False
     sized_by_length = True
 
     def build(self, model, *, max_length, train_length, key) -> LearnedPE:

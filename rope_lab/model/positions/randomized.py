@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Int, PRNGKeyArray
 
-from rope_lab.config import ConfigError
+from rope_lab.typed import ConfigError
 
 if TYPE_CHECKING:
     from rope_lab.config import TrialConfig

@@ -1,12 +1,16 @@
-"""RoPE (Su et al. 2021): rotate q and k by position x frequency, under a scaling method.
+"""The rotary family: RoPE (Su et al. 2021) and every encoding that rotates q and k by
+position x frequency. Scalings belong here: `RotaryConfig` computes the frequencies of any
+registered scaling method (`rope_lab.model.rope.inv_freq`), so a subclass (xPos, say) is
+evaluated and fine-tuned under every scaling without code elsewhere.
 
-The frequencies are fixed buffers (`Frozen`) computed by `rope_lab.model.rope.inv_freq`, so swapping
-them for another scaling method at evaluation (`with_rope_scaling`) does not recompile.
+The frequencies are fixed buffers (`Frozen`), so swapping them for another scaling method at
+evaluation (`with_rope_scaling`) does not recompile.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax
@@ -14,10 +18,13 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from rope_lab.config import ConfigError, ModelConfig, Params, thaw
 from rope_lab.model import rope
 from rope_lab.model.positions.base import EncodingConfig, Frozen, PositionEncoding, known_scaling
 from rope_lab.registry import POSITIONS
+from rope_lab.typed import ConfigError, Params, thaw
+
+if TYPE_CHECKING:
+    from rope_lab.config import ModelConfig
 
 
 class RotaryPE(PositionEncoding):
@@ -39,11 +46,16 @@ class RotaryPE(PositionEncoding):
         )
 
 
-@POSITIONS.register("rope")
 @dataclass(frozen=True)
-class RopeConfig(EncodingConfig):
-    """RoPE used in training: base `theta`, rotated fraction of each head, training-time scaling
-    (`scaling` at `factor`, with that method's `params`)."""
+class RotaryConfig(EncodingConfig):
+    """Base of the rotary family (not registered itself): base `theta`, rotated fraction of each
+    head, the training-time scaling (`scaling` at `factor`, with that method's `params`).
+
+    A subclass overrides `make_module` (to build a `RotaryPE` subclass) and sets its registry
+    attributes; evaluation-time scalings, their checks
+    and fine-tuning come from here. In results its fields are columns
+    `model.position.<kind>.<field>`, so every rotary kind's training-time scaling reads the same.
+    """
 
     theta: float = 10000.0
     rotary_fraction: float = 1.0
@@ -51,15 +63,50 @@ class RopeConfig(EncodingConfig):
     factor: float = 1.0
     params: Params = ()
 
-    label = "RoPE"
-    order = 4
-    color = "#d62728"
     hooks = frozenset({"rotate"})
+    family = "relative"
     supports_scaling = True
+
+    def rotary_dim(self, model: ModelConfig) -> int:
+        """Rotated dimensions per head: rotary_fraction x head_dim, rounded down to even."""
+        return int(model.d_head * self.rotary_fraction) // 2 * 2
+
+    def frequencies(
+        self,
+        model: ModelConfig,
+        train_length: int,
+        *,
+        kind: str | None = None,
+        factor: float | None = None,
+        params: dict | None = None,
+        seq_len: int | None = None,
+    ) -> tuple[np.ndarray, float]:
+        """(rotary_dim // 2,) inverse frequencies and attention factor.
+
+        Defaults to the training-time scaling; `kind`/`factor`/`params` override it (evaluation
+        under another method), with `train_length` as the original length.
+        """
+        if kind is None:
+            kind, factor, params = self.scaling, self.factor, thaw(self.params)
+        return rope.inv_freq(
+            kind,
+            self.rotary_dim(model),
+            theta=self.theta,
+            factor=1.0 if factor is None else factor,
+            original_length=train_length,
+            seq_len=seq_len if seq_len is not None else train_length,
+            **(params or {}),
+        )
 
     def build(self, model, *, max_length, train_length, key) -> RotaryPE:
         """Frequencies of the training-time scaling at the training length."""
-        return RotaryPE(*rope_frequencies(model, train_length))
+        return self.make_module(*self.frequencies(model, train_length), model)
+
+    def make_module(
+        self, inv_freq: np.ndarray, attention_factor: float, model: ModelConfig
+    ) -> RotaryPE:
+        """The encoding module from its (rotary_dim // 2,) frequencies and attention factor."""
+        return RotaryPE(inv_freq, attention_factor)
 
     def with_scaling(
         self, encoding, model, *, train_length, kind, factor, params, seq_len
@@ -67,29 +114,37 @@ class RopeConfig(EncodingConfig):
         """The same rotary encoding with the frequencies of `kind` at `factor` and `seq_len`,
         `train_length` the original length (same array shapes: no recompilation)."""
         assert isinstance(encoding, RotaryPE)
-        inv, attention_factor = rope_frequencies(
+        inv, attention_factor = self.frequencies(
             model, train_length, kind=kind, factor=factor, params=params, seq_len=seq_len
         )
         return with_rope_scaling(encoding, inv, attention_factor)
+
+    def trained_scaling(self) -> tuple[str, float, tuple]:
+        """The training-time (method, factor, params)."""
+        return self.scaling, self.factor, self.params
 
     def slug(self) -> str:
         """'-linear2' for a model trained under a scaling method, else ''."""
         return "" if self.scaling == "default" else f"-{self.scaling}{self.factor:g}"
 
+    def layer_tag(self) -> str:
+        """The base of a layer kind's own rotary encoding ('1e+06')."""
+        return f"{self.theta:g}"
+
     def check(self, trial, path) -> None:
         """Rotated dims, the training-time scaling and every evaluation scaling are valid."""
         super().check(trial, path)
-        m, ev, length = trial.model, trial.eval, trial.train.length
+        ev, length = trial.eval, trial.train.length
         if self.theta <= 0:
             raise ConfigError(f"{path}.theta: must be > 0, got {self.theta!r}")
         if not 0 < self.rotary_fraction <= 1:
             raise ConfigError(
                 f"{path}.rotary_fraction: must be in (0, 1], got {self.rotary_fraction!r}"
             )
-        dim = rotary_dim_of(m)
+        dim = self.rotary_dim(trial.model)
         if dim < 2:
             raise ConfigError(
-                f"{path}.rotary_fraction: rotates {dim} dims of head_dim={m.d_head}; "
+                f"{path}.rotary_fraction: rotates {dim} dims of head_dim={trial.model.d_head}; "
                 "need at least 2"
             )
         check_scaling(self.scaling, dim, self.factor, length, thaw(self.params), path)
@@ -98,6 +153,16 @@ class RopeConfig(EncodingConfig):
                 check_scaling(
                     method, dim, factor, length, ev.params_for(method), f"eval.methods[{i}]"
                 )
+
+
+@POSITIONS.register("rope")
+@dataclass(frozen=True)
+class RopeConfig(RotaryConfig):
+    """RoPE as used in training."""
+
+    label = "RoPE"
+    order = 4
+    color = "#d62728"
 
 
 def check_scaling(kind: str, rotary_dim: int, factor: float, length: int, params: dict, path: str):
@@ -112,36 +177,14 @@ def check_scaling(kind: str, rotary_dim: int, factor: float, length: int, params
 
 
 def rotary_dim_of(m: ModelConfig) -> int:
-    """Rotated dimensions per head: rotary_fraction x head_dim, rounded down to even."""
-    return int(m.d_head * m.position.rope.rotary_fraction) // 2 * 2
+    """Rotated dimensions per head of the model-wide rotary encoding."""
+    return m.position.options.rotary_dim(m)
 
 
-def rope_frequencies(
-    cfg: ModelConfig,
-    train_length: int,
-    *,
-    kind: str | None = None,
-    factor: float | None = None,
-    params: dict | None = None,
-    seq_len: int | None = None,
-) -> tuple[np.ndarray, float]:
-    """(rotary_dim // 2,) inverse frequencies and attention factor for a model config.
-
-    Defaults to the training-time scaling; `kind`/`factor`/`params` override it (evaluation
-    under another method), with `train_length` as the original length.
-    """
-    r = cfg.position.rope
-    if kind is None:
-        kind, factor, params = r.scaling, r.factor, thaw(r.params)
-    return rope.inv_freq(
-        kind,
-        rotary_dim_of(cfg),
-        theta=r.theta,
-        factor=1.0 if factor is None else factor,
-        original_length=train_length,
-        seq_len=seq_len if seq_len is not None else train_length,
-        **(params or {}),
-    )
+def rope_frequencies(cfg: ModelConfig, train_length: int, **scaling) -> tuple[np.ndarray, float]:
+    """(rotary_dim // 2,) inverse frequencies and attention factor of the model-wide rotary
+    encoding (`RotaryConfig.frequencies`)."""
+    return cfg.position.options.frequencies(cfg, train_length, **scaling)
 
 
 def with_rope_scaling(encoding: RotaryPE, inv_freq: np.ndarray, attention_factor: float):

@@ -38,6 +38,8 @@ class SinusoidalConfig(EncodingConfig):
     order = 2
     color = "#bcbd22"
     hooks = frozenset({"embed"})
+    family = "absolute"
+    shift_invariant = False
 
     def build(self, model, *, max_length, train_length, key) -> SinusoidalPE:
         """Sinusoids of width `model.width`."""

@@ -34,9 +34,9 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from rope_lab.config import ConfigError
 from rope_lab.model.positions.base import EncodingConfig, PositionEncoding
 from rope_lab.registry import POSITIONS
+from rope_lab.typed import ConfigError
 
 
 def bucket_boundaries(num_buckets: int, max_distance: int) -> tuple[int, ...]:
@@ -121,6 +121,8 @@ class T5BiasConfig(EncodingConfig):
     order = 6
     color = "#9467bd"
     hooks = frozenset({"bias"})
+    family = "relative"
+    learned = True
 
     def build(self, model, *, max_length, train_length, key) -> T5Bias:
         """A zero table of `model.n_heads` heads by `num_buckets` buckets."""

@@ -21,7 +21,8 @@ ROWS = [
 
 
 def frame() -> pl.DataFrame:
-    cols = [q.KIND, q.SCALING, q.TRAIN_FACTOR, "method", "factor", "finetune_steps"]
+    scaling, factor = "model.position.rope.scaling", "model.position.rope.factor"
+    cols = [q.KIND, scaling, factor, "method", "factor", "finetune_steps"]
     return pl.DataFrame(ROWS, schema=cols, orient="row")
 
 

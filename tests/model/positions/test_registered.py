@@ -52,7 +52,7 @@ def test_attributes_and_hooks_agree_with_what_the_module_does(kind):
     nope = make_model(tiny_trial("none"))
     added = count_params(model) - count_params(nope)
     assert options.n_params(cfg.model, max_length=cfg.max_length) == added
-    assert options.supports_scaling == (kind == "rope")
+    assert options.supports_scaling == ("rotate" in options.hooks)
 
 
 @pytest.mark.parametrize("kind", KINDS)
