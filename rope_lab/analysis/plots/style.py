@@ -13,7 +13,7 @@ from typing import Any, Final, NamedTuple
 
 import polars as pl
 import seaborn as sns
-from matplotlib.colors import to_rgb
+from matplotlib.colors import to_hex, to_rgb
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
@@ -30,6 +30,8 @@ TEMPERATURE_DASH: Final = (1, 1.5)  # the log-length temperature
 LEGEND_ROWS: Final = 26  # entries per legend column
 LEGEND_ROW_INCHES: Final = 0.23
 LEGEND_COLUMN_INCHES: Final = 6.5
+# how far a scaling's colours move towards a rotary kind's own colour (kinds after the first)
+ROTARY_MIX: Final = 0.4
 
 
 class FamilyStyle(NamedTuple):
@@ -42,23 +44,33 @@ class FamilyStyle(NamedTuple):
 
 def family_style(curve: Curve) -> FamilyStyle:
     """Legend rank and hue of ``curve``'s family, from the registries: a PE kind as trained has
-    its encoding's ``order`` and ``color``; a RoPE scaling applied at evaluation ranks after every
-    kind, by its method's ``order``, in its method's light -> dark ``colors``; the log-length
-    temperature of any kind ranks after those, by the kind's ``order``, in the kind's ``color``
-    (its dotted line, :data:`TEMPERATURE_DASH`, tells it from the kind as trained). Unknown
-    families rank last and get a spare colour. The one place orders and colours come from."""
+    its encoding's ``order`` and ``color``; a scaling applied at evaluation ranks after every
+    kind, by its method's ``order``, then by the rotary kind's ``order``, in its method's
+    light -> dark ``colors`` (for the first rotary kind) or those colours moved towards the
+    kind's ``color`` (for every other rotary kind, so two encodings under one method differ);
+    the log-length temperature of any kind ranks after those, by the kind's ``order``, in the
+    kind's ``color`` (its dotted line, :data:`TEMPERATURE_DASH`, tells it from the kind as
+    trained). Unknown families rank last and get a spare colour. The one place orders and
+    colours come from."""
     kinds, methods = POSITIONS.names(), SCALINGS.names()
-    last = FamilyStyle(2 * len(kinds) + len(methods), None)
+    rotary = [k for k in kinds if POSITIONS[k].supports_scaling]
+    scaled_ranks = len(methods) * max(len(rotary), 1)
+    last = FamilyStyle(2 * len(kinds) + scaled_ranks, None)
     if curve.kind is None or curve.kind not in POSITIONS:
         return last
     encoding = POSITIONS[curve.kind]
     if curve.method is None:
         return FamilyStyle(kinds.index(curve.kind), (encoding.color, encoding.color))
     if curve.temperature:
-        rank = len(kinds) + len(methods) + kinds.index(curve.kind)
+        rank = len(kinds) + scaled_ranks + kinds.index(curve.kind)
         return FamilyStyle(rank, (encoding.color, encoding.color))
-    if encoding.supports_scaling and curve.method in SCALINGS:
-        return FamilyStyle(len(kinds) + methods.index(curve.method), SCALINGS[curve.method].colors)
+    if curve.kind in rotary and curve.method in SCALINGS:
+        j = rotary.index(curve.kind)
+        rank = len(kinds) + methods.index(curve.method) * len(rotary) + j
+        light, dark = SCALINGS[curve.method].colors
+        if j:
+            light, dark = (to_hex(_mix(c, encoding.color, ROTARY_MIX)) for c in (light, dark))
+        return FamilyStyle(rank, (light, dark))
     return last
 
 

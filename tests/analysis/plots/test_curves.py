@@ -72,3 +72,27 @@ def test_curves_order_and_colours_read_the_columns() -> None:
     )
     # bare label strings (analysis/report.py) sort the same way
     assert sorted(keys, key=label_key) == sorted(keys, key=lambda v: sort_key(keys[v]))
+
+
+def test_every_encoding_and_scaling_pair_has_its_own_legible_colour() -> None:
+    """Every registered encoding as trained and every rotary encoding under every registered
+    scaling at two factors (43 curves with RoPE and xPos): pairwise distinct colours, at least
+    0.05 apart in RGB (about 13 of 255 per channel), read from the registries alone."""
+    from itertools import combinations
+
+    import numpy as np
+
+    from rope_lab.analysis.plots.style import curve_mapping
+    from rope_lab.registry import POSITIONS, SCALINGS
+
+    keys = [Curve(k, k) for k in POSITIONS.names()]
+    rotary = [k for k in POSITIONS.names() if POSITIONS[k].supports_scaling]
+    assert len(rotary) >= 2  # RoPE and xPos
+    for kind in rotary:
+        for method in SCALINGS.names():
+            keys += [Curve(f"{kind}/{method} x{f:g}", kind, method, f) for f in (2.0, 4.0)]
+    order, palette = curve_mapping(keys)
+    assert sorted(order) == sorted(c.label for c in keys)
+    rgb = {label: np.array(mcolors.to_rgb(c)) for label, c in palette.items()}
+    closest = min(np.linalg.norm(rgb[a] - rgb[b]) for a, b in combinations(rgb, 2))
+    assert closest >= 0.05
