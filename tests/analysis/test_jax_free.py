@@ -1,0 +1,69 @@
+"""Loading a run directory, labelling its curves and querying it never import JAX (or the
+encoding and task registries, which do): trials rows carry what analysis needs to know of their
+variants (`results.columns.variant_columns`)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rope_lab.config import replace, validate
+from rope_lab.trial.run import run_trial
+from tests.helpers import tiny_trial
+
+READ = """
+import json, sys
+import polars as pl
+from rope_lab.results import load
+from rope_lab.analysis import query
+
+res = load(sys.argv[1])
+frame = query.eval_table(res)
+labels = sorted(set(frame.get_column("label").to_list()))
+summary = query.extrapolation_summary(res)
+metrics = query.task_metrics(frame)
+print(json.dumps({
+    "jax": "jax" in sys.modules,
+    "equinox": "equinox" in sys.modules,
+    "registry": "rope_lab.model.positions" in sys.modules or "rope_lab.tasks" in sys.modules,
+    "labels": labels,
+    "summary_rows": summary.height,
+    "metrics": {str(k): v for k, v in metrics.items()},
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One partial-RoPE trial (a field off its default, so the label must name it)."""
+    run = tmp_path_factory.mktemp("jax_free")
+    cfg = replace(
+        tiny_trial("rope", steps=4),
+        **{"model.position.rope.rotary_fraction": 0.5, "ntk.enabled": False},
+    )
+    run_trial(validate(cfg), run)
+    return run
+
+
+def test_loading_labelling_and_querying_import_no_jax(run_dir: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", READ, str(run_dir)], capture_output=True, text=True, check=True
+    )
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert not got["jax"] and not got["equinox"] and not got["registry"]
+    assert "rope rotary_fraction 0.5" in got["labels"]
+    assert "rope rotary_fraction 0.5/linear x2" in got["labels"]
+    assert got["summary_rows"] > 0
+    assert got["metrics"] == {"passkey": "accuracy"}
+
+
+def test_trials_rows_describe_their_encoding(run_dir: Path) -> None:
+    from rope_lab.results import load
+
+    row = load(run_dir).trials.collect().row(0, named=True)
+    assert row["encoding.family"] == "relative" and row["encoding.rotary"] is True
+    assert row["encoding.learned"] is False and row["encoding.additive_bias"] is False
+    assert row["encoding.options"] == " rotary_fraction 0.5"
+    assert row["task.default_metric"] == "accuracy"
