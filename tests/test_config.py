@@ -6,7 +6,6 @@ import pytest
 import yaml
 
 from rope_lab.config import (
-    EXECUTION_FIELDS,
     ConfigError,
     TrialConfig,
     config_hash,
@@ -16,6 +15,7 @@ from rope_lab.config import (
     to_dict,
     validate,
 )
+from rope_lab.trial.ids import EXECUTION_FIELDS
 from tests.helpers import tiny_trial
 
 

@@ -152,7 +152,7 @@ def test_a_variant_field_axis_applies_to_its_kind_only():
         10000.0,
     }
     kerple = [
-        t.model.position.kerple_log for t in spec.trials if t.model.position.kind == "kerple_log"
+        t.model.position.options for t in spec.trials if t.model.position.kind == "kerple_log"
     ]
     assert {k.r1_init for k in kerple} == {0.5, 2.0}
     assert spec.axes["model.position.kerple_log.r1_init"] == (None, 0.5, 2.0)  # None: not KERPLE

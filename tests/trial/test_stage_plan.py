@@ -9,13 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rope_lab.config import (
-    EXECUTION_FIELDS,
     ConfigError,
     DecodeConfig,
     EvalConfig,
     replace,
     validate,
 )
+from rope_lab.trial.ids import EXECUTION_FIELDS
 from rope_lab.trial.scaling_plan import Scaling
 from rope_lab.trial.stage_plan import (
     DECODE_FIELDS,

@@ -1,0 +1,220 @@
+"""The model's config section: shape, norms, attention, the position encoding (a registered
+variant, `model.position.<kind>`) and the layer layout, with their checks (`check_model`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rope_lab.registry import POSITIONS
+from rope_lab.typed import ConfigError, check_choice, check_positive, variant_class, variant_field
+
+if TYPE_CHECKING:
+    from rope_lab.config import TrialConfig
+
+NORMS = ("layernorm", "rmsnorm")
+MLPS = ("gelu", "swiglu")
+PARAMETRIZATIONS = ("sp", "ntk", "mup")
+DTYPES = ("float32", "bfloat16")
+# How attention is computed (`rope_lab.model.attention`); all give the same numbers to rounding.
+ATTENTION_IMPLEMENTATIONS = ("auto", "blocked", "reference", "cudnn")
+
+
+@dataclass(frozen=True)
+class PositionConfig:
+    """How positions enter the model: the encoding `kind` and its own typed config `options`
+    (a registered `positions.EncodingConfig`; in YAML and result columns under the kind's name,
+    `model.position.<kind>.<field>`).
+
+    `max_length` sizes the learned table (None: the longest evaluated length). With
+    `randomized`, training positions are a sorted random subset of [0, random_max_length)
+    (Ruoss et al. 2023); evaluation draws them the same way.
+    """
+
+    kind: str = "rope"
+    max_length: int | None = None
+    randomized: bool = False
+    random_max_length: int | None = None
+    options: Any = variant_field(POSITIONS, "kind")
+
+    def __post_init__(self) -> None:
+        cls = variant_class(POSITIONS, self.kind, "model.position.kind")
+        if type(self.options) is not cls:  # None, or left over from another kind by `replace`
+            object.__setattr__(self, "options", cls())
+
+
+@dataclass(frozen=True)
+class LayerConfig:
+    """One kind of layer in `model.layers`, the repeating pattern of layer kinds.
+
+    `position`: this kind's own encoding (a bias or rotation family: `{kind: none}` for NoPE
+    layers, `{kind: rope, rope: {theta: 1.0e6}}` for a per-layer base); None uses
+    `model.position`. Absolute encodings add to the input once, so they stay in
+    `model.position`. `window`: sliding-window attention over the last `window` keys (None:
+    full causal). `attn_scale` > 0: Llama 4's query scaling, query i's logits times
+    1 + attn_scale log(1 + floor((p_i + 1) / floor_scale)) at position p_i. `eval_scaling`:
+    whether evaluation-time RoPE scaling (PI, YaRN, ...) applies to this kind's RoPE.
+    """
+
+    position: PositionConfig | None = None
+    window: int | None = None
+    attn_scale: float = 0.0
+    floor_scale: float = 8192.0
+    eval_scaling: bool = True
+
+    def slug(self, model: ModelConfig) -> str:
+        """Short name of the kind in trial ids, e.g. 'rope.w16' or 'none'."""
+        pos = self.position or model.position
+        tag = "" if self.position is None else pos.options.layer_tag()
+        parts = [f"{pos.kind}{tag}"]
+        if self.window is not None:
+            parts.append(f"w{self.window}")
+        if self.attn_scale:
+            parts.append(f"t{self.attn_scale:g}")
+        if not self.eval_scaling:
+            parts.append("fixed")
+        return ".".join(parts)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Decoder-only Transformer shape. Heads default to width // head_dim (fixed head_dim).
+
+    `attention` picks how attention is computed (`rope_lab.model.attention`: auto, blocked,
+    reference, cudnn); it changes memory and speed, not results, so trial ids ignore it.
+    `layers`: a pattern of layer kinds repeated through the depth (`LayerConfig`; e.g. three
+    sliding-window RoPE layers then one full NoPE layer); empty: every layer is `LayerConfig()`.
+    `scalable_softmax`: Scalable-Softmax (Nakanishi 2025): each query's logits times
+    s_h log(n), n the number of keys it attends, s learned per head and layer (initialised to
+    1 / log(L_train), so the last training position starts at temperature 1).
+    """
+
+    width: int = 128
+    depth: int = 2
+    head_dim: int | None = 32
+    heads: int | None = None
+    mlp_ratio: float = 4.0
+    norm: str = "layernorm"
+    mlp: str = "gelu"
+    parametrization: str = "sp"
+    base_width: int = 128
+    dtype: str = "float32"
+    attention: str = "auto"
+    position: PositionConfig = dataclasses.field(default_factory=PositionConfig)
+    layers: tuple[LayerConfig, ...] = ()
+    scalable_softmax: bool = False
+
+    @property
+    def pattern(self) -> tuple[LayerConfig, ...]:
+        """The repeating layer kinds (one default kind when `layers` is empty)."""
+        return self.layers or (LayerConfig(),)
+
+    def layer_position(self, layer: LayerConfig) -> PositionConfig:
+        """The encoding config a layer kind uses."""
+        return layer.position or self.position
+
+    def with_position(self, position: PositionConfig) -> ModelConfig:
+        """This config with `position` as the model-wide encoding (to build a layer's own)."""
+        return dataclasses.replace(self, position=position)
+
+    @property
+    def supports_scaling(self) -> bool:
+        """Whether evaluation-time RoPE scaling applies to any layer kind."""
+        return any(
+            self.layer_position(layer).options.supports_scaling and layer.eval_scaling
+            for layer in self.pattern
+        )
+
+    @property
+    def scaled_position(self) -> PositionConfig:
+        """The encoding config of the first layer kind evaluation scaling applies to."""
+        return next(
+            self.layer_position(layer)
+            for layer in self.pattern
+            if self.layer_position(layer).options.supports_scaling and layer.eval_scaling
+        )
+
+    @property
+    def n_heads(self) -> int:
+        """Number of attention heads."""
+        return self.heads if self.heads is not None else self.width // (self.head_dim or 1)
+
+    @property
+    def d_head(self) -> int:
+        """Dimension of each head."""
+        return self.width // self.n_heads
+
+    @property
+    def d_mlp(self) -> int:
+        """Hidden size of the MLP."""
+        return round(self.width * self.mlp_ratio)
+
+
+def check_model(cfg: TrialConfig) -> None:
+    """`model.*`: sizes, choices, heads, the encoding (which checks itself against the trial)
+    and the layer layout; ConfigError naming the key path."""
+    m, p = cfg.model, cfg.model.position
+    for name in ("width", "depth", "base_width"):
+        check_positive(getattr(m, name), f"model.{name}")
+    check_positive(m.mlp_ratio, "model.mlp_ratio")
+    check_choice(m.norm, NORMS, "model.norm")
+    check_choice(m.mlp, MLPS, "model.mlp")
+    check_choice(m.parametrization, PARAMETRIZATIONS, "model.parametrization")
+    check_choice(m.dtype, DTYPES, "model.dtype")
+    check_choice(m.attention, ATTENTION_IMPLEMENTATIONS, "model.attention")
+    if (m.heads is None) == (m.head_dim is None):
+        raise ConfigError(
+            "model.heads / model.head_dim: set exactly one "
+            f"(got heads={m.heads!r}, head_dim={m.head_dim!r})"
+        )
+    if m.heads is not None:
+        check_positive(m.heads, "model.heads")
+        if m.width % m.heads:
+            raise ConfigError(f"model.heads: {m.heads} does not divide model.width={m.width}")
+    else:
+        check_positive(m.head_dim, "model.head_dim")
+        if m.width % m.head_dim:  # type: ignore[operator]
+            raise ConfigError(f"model.head_dim: {m.head_dim} does not divide model.width={m.width}")
+    check_positive(p.max_length, "model.position.max_length")
+    p.options.check(cfg, f"model.position.{p.kind}")
+    _check_layers(cfg)
+    _check_layers(cfg)
+
+
+def _check_layers(cfg: TrialConfig) -> None:
+    """`model.layers`: the pattern divides the depth; each kind's encoding checks itself."""
+    m = cfg.model
+    if not m.layers:
+        return
+    if m.depth % len(m.layers):
+        raise ConfigError(
+            f"model.layers: a pattern of {len(m.layers)} kinds does not divide "
+            f"model.depth={m.depth}"
+        )
+    for i, layer in enumerate(m.layers):
+        path = f"model.layers[{i}]"
+        check_positive(layer.window, f"{path}.window")
+        check_positive(layer.attn_scale, f"{path}.attn_scale", allow_zero=True)
+        check_positive(layer.floor_scale, f"{path}.floor_scale")
+        pos = layer.position
+        if pos is None:
+            continue
+        if pos.randomized or pos.max_length is not None or pos.random_max_length is not None:
+            raise ConfigError(
+                f"{path}.position: randomized / max_length / random_max_length are set on "
+                "model.position only"
+            )
+        if "embed" in pos.options.hooks:
+            raise ConfigError(
+                f"{path}.position.kind: {pos.kind!r} adds to the input once; set it as "
+                "model.position"
+            )
+        trained = pos.options.trained_scaling()
+        if trained is not None and trained[0] != "default":
+            raise ConfigError(
+                f"{path}.position.{pos.kind}.scaling: a layer kind trains unscaled; "
+                f"got {trained[0]!r}"
+            )
+        layer_trial = dataclasses.replace(cfg, model=m.with_position(pos))
+        pos.options.check(layer_trial, f"{path}.position.{pos.kind}")

@@ -1,0 +1,185 @@
+"""The trial's training and evaluation config sections (`train`, `eval`, `eval.decode`) with
+their checks (`check_train`, `check_eval`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rope_lab.typed import ConfigError, Params, check_positive, thaw
+
+if TYPE_CHECKING:
+    from rope_lab.config import TrialConfig
+
+# how a cached decoder treats length-dependent RoPE scalings (`rope_lab.model.decode`)
+DECODE_PROTOCOLS = ("prefill_fixed", "per_step_recompute", "per_step_stale", "per_step_full")
+# the `protocol` of decode rows whose scaling does not depend on the length: every protocol
+# gives the same tokens (tested), so they are decoded once
+ANY_PROTOCOL = "any"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """AdamW with linear warmup and cosine decay; `length` is L_train.
+
+    `devices`: train data-parallel over this many local devices (None: all of them); the batch
+    is split over them, so `batch_size` must be a multiple of the device count.
+    `pose_target_length`: train with PoSE (Zhu et al. 2024): each sequence of `length` tokens
+    is cut into `pose_chunks` chunks whose position ids are shifted by skips drawn uniformly,
+    so they cover [0, pose_target_length) (None: contiguous positions 0..length-1).
+    """
+
+    length: int = 64
+    batch_size: int = 32
+    steps: int = 300
+    lr: float = 3e-3
+    warmup_steps: int = 30
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.01
+    b1: float = 0.9
+    b2: float = 0.98
+    eps: float = 1e-8
+    clip_norm: float = 1.0
+    seed: int = 0
+    log_every: int = 10
+    checkpoint_every: int = 0
+    eval_every: int = 0
+    devices: int | None = None
+    pose_target_length: int | None = None
+    pose_chunks: int = 2
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Decode-time evaluation (`rope_lab.trial.decode_eval`): the answer of each evaluated sequence
+    generated greedily with a key/value cache under each of `protocols` (`DECODE_PROTOCOLS`;
+    empty: off). The task's answer length sets how many tokens are generated, at most
+    `max_new_tokens` (None: the whole answer); only the generated tokens are scored."""
+
+    protocols: tuple[str, ...] = ()
+    max_new_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Length-extrapolation evaluation.
+
+    Lengths are `length_multipliers` x L_train. RoPE models are also evaluated under each
+    scaling `method` at each `factor` (zero-shot; and after `finetune_steps` steps at
+    factor x L_train when that is > 0, for the `finetune_methods` at the `finetune_factors`
+    only when those are given: e.g. `[linear, default]` fine-tunes PI and, as its control,
+    unscaled RoPE at the same target length). `method_params` holds per-method parameters, e.g.
+    `{llama3: {low_freq_factor: 1, high_freq_factor: 4}}`.
+    `pad_to_longest`: pad every length's batches (drawn as without it) to the longest evaluated
+    length and run them through one compiled forward program (exact for a causal model): one
+    compilation instead of one per length, for more compute at the short lengths; pays off for
+    tiny, compile-dominated trials (the smoke sweep).
+    `memory_budget_mb`: a batch whose forward would need more (`rope_lab.model.memory`) runs as
+    equal sub-batches that fit, with the same numbers; long lengths need no hand-picked
+    batch size.
+    `text_protocol` (language-model tasks on a text): `random` windows (`batches` x
+    `batch_size` per length), or Press et al.'s `nonoverlapping` windows or `sliding` windows
+    scoring their last min(`text_stride`, L) bytes (default stride L_train) over the whole
+    held-out text, the same text at every length (`tasks.text_lm.text_windows`).
+    `zero_shot_temperature`: also evaluate every model (any encoding) with its attention logits
+    multiplied by max(1, log L / log L_train) at length L (the entropy-invariance argument), as
+    a zero-shot stage of its own next to the RoPE scalings.
+    """
+
+    length_multipliers: tuple[float, ...] = (0.25, 0.5, 1.0, 1.5, 2.0, 4.0, 8.0, 16.0)
+    batches: int = 2
+    batch_size: int = 16
+    position_buckets: int = 8
+    methods: tuple[str, ...] = ("linear", "ntk", "dynamic", "yarn", "llama3")
+    factors: tuple[float, ...] = (2.0, 4.0)
+    method_params: Params = (("llama3", (("high_freq_factor", 4.0), ("low_freq_factor", 1.0))),)
+    finetune_steps: int = 0
+    finetune_lr: float = 1e-3
+    finetune_methods: tuple[str, ...] = ()
+    finetune_factors: tuple[float, ...] = ()
+    accuracy_threshold: float = 0.9
+    pad_to_longest: bool = False
+    memory_budget_mb: float = 4096.0
+    zero_shot_temperature: bool = False
+    text_protocol: str = "random"
+    text_stride: int | None = None
+    decode: DecodeConfig = DecodeConfig()
+    seed: int = 1234
+
+    def params_for(self, method: str) -> dict[str, Any]:
+        """Extra parameters of one scaling method, as a dict."""
+        for name, params in self.method_params:
+            if name == method:
+                return thaw(params)
+        return {}
+
+
+def check_train(cfg: TrialConfig) -> None:
+    """`train.*`: sizes, schedule, devices and PoSE (which needs an encoding that reads
+    positions); ConfigError naming the key path."""
+    m, p = cfg.model, cfg.model.position
+    tr = cfg.train
+    for name in ("length", "batch_size", "lr", "clip_norm"):
+        check_positive(getattr(tr, name), f"train.{name}")
+    for name in ("steps", "warmup_steps", "weight_decay", "checkpoint_every", "eval_every"):
+        check_positive(getattr(tr, name), f"train.{name}", allow_zero=True)
+    check_positive(tr.log_every, "train.log_every")
+    check_positive(tr.devices, "train.devices")
+    if tr.devices is not None and tr.batch_size % tr.devices:
+        raise ConfigError(
+            f"train.batch_size: {tr.batch_size} is not divisible by train.devices={tr.devices}"
+        )
+    if tr.pose_target_length is not None and tr.pose_target_length < tr.length:
+        raise ConfigError(
+            f"train.pose_target_length: must be >= train.length={tr.length}, "
+            f"got {tr.pose_target_length!r}"
+        )
+    if not 1 <= tr.pose_chunks <= tr.length:
+        raise ConfigError(
+            f"train.pose_chunks: must be in [1, train.length={tr.length}], got {tr.pose_chunks!r}"
+        )
+    reads_positions = any(m.layer_position(k).options.takes_positions for k in m.pattern)
+    if tr.pose_target_length is not None and not reads_positions:
+        raise ConfigError(
+            "train.pose_target_length: PoSE needs an encoding that takes positions, "
+            f"not model.position.kind={p.kind!r}"
+        )
+    if tr.pose_target_length is not None and m.position.randomized:
+        raise ConfigError(
+            "train.pose_target_length: PoSE and model.position.randomized both choose the "
+            "training positions; set one"
+        )
+    if not 0 <= tr.min_lr_ratio <= 1:
+        raise ConfigError(f"train.min_lr_ratio: must be in [0, 1], got {tr.min_lr_ratio!r}")
+
+
+def check_eval(cfg: TrialConfig) -> None:
+    """`eval.*`: lengths, batches, fine-tuning choices among the evaluated scalings,
+    threshold, factors; ConfigError naming the key path."""
+    tr = cfg.train
+    ev = cfg.eval
+    for i, mult in enumerate(ev.length_multipliers):
+        if mult * tr.length < 1:
+            raise ConfigError(
+                f"eval.length_multipliers[{i}]: {mult} x train.length={tr.length} is below 1"
+            )
+    for name in ("batches", "batch_size", "position_buckets", "memory_budget_mb"):
+        check_positive(getattr(ev, name), f"eval.{name}")
+    check_positive(ev.finetune_steps, "eval.finetune_steps", allow_zero=True)
+    for name, chosen, among in (
+        ("finetune_methods", ev.finetune_methods, ev.methods),
+        ("finetune_factors", ev.finetune_factors, ev.factors),
+    ):
+        for i, value in enumerate(chosen):
+            if value not in among:
+                raise ConfigError(
+                    f"eval.{name}[{i}]: {value!r} is not among eval.{name[9:]} "
+                    f"{list(among)}; fine-tuning applies to evaluated scalings"
+                )
+    if not 0 < ev.accuracy_threshold <= 1:
+        raise ConfigError(
+            f"eval.accuracy_threshold: must be in (0, 1], got {ev.accuracy_threshold!r}"
+        )
+    for i, factor in enumerate(ev.factors):
+        if factor < 1:
+            raise ConfigError(f"eval.factors[{i}]: factor must be >= 1, got {factor!r}")
