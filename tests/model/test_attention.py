@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rope_lab.config import ConfigError, replace
-from rope_lab.model import attention
+from rope_lab.model import attention, flash
 from rope_lab.model.attention import (
     attend,
     blocked_attention,
@@ -185,7 +185,7 @@ def test_bias_gradients_reach_the_encoding_and_would_be_wrong_without_it():
 def test_visited_key_blocks_are_exactly_those_with_a_visible_pair(block, n_blocks, window):
     """The blocked kernel skips a tile iff no query of it sees any key of it."""
     for w in (None, window):
-        plan = attention._Plan(block, n_blocks, 1.0, w)
+        plan = flash._Plan(block, n_blocks, 1.0, w)
         for i in range(n_blocks):
             first, stop = (int(x) for x in plan.key_blocks(jnp.asarray(i)))
             for j in range(n_blocks):
@@ -278,7 +278,7 @@ def test_models_agree_across_implementations_with_batched_random_positions(kind)
 
 @pytest.fixture
 def small_blocks(monkeypatch):
-    monkeypatch.setattr(attention, "BLOCK", 4)
+    monkeypatch.setattr(flash, "BLOCK", 4)
 
 
 @pytest.mark.parametrize("kind", [pytest.param("rope", marks=pytest.mark.slow), "kerple_log"])

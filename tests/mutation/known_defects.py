@@ -119,21 +119,21 @@ DEFECTS = (
     ),
     Defect(
         "flash-no-rescale",
-        "rope_lab/model/attention.py",
+        "rope_lab/model/flash.py",
         "correction = jnp.exp(m - m_new)",
         "correction = jnp.ones_like(m_new)",
         ("tests/model/test_attention.py::test_blocked_and_reference_equal_the_masked_softmax",),
     ),
     Defect(
         "flash-backward-without-delta",
-        "rope_lab/model/attention.py",
+        "rope_lab/model/flash.py",
         "ds = p * (dp - delta[i][..., None])",
         "ds = p * dp",
         ("tests/model/test_attention.py::test_blocked_gradients_equal_autodiff_of_the_reference",),
     ),
     Defect(
         "window-skips-a-visible-block",
-        "rope_lab/model/attention.py",
+        "rope_lab/model/flash.py",
         "(i * self.block - self.window + 1) // self.block",
         "(i * self.block - self.window + 1) // self.block + 1",
         ("tests/model/test_attention.py::test_blocked_and_reference_equal_the_masked_softmax",),
@@ -183,7 +183,7 @@ DEFECTS = (
     ),
     Defect(
         "row-scale-left-out-of-the-logit-gradient",
-        "rope_lab/model/attention.py",
+        "rope_lab/model/flash.py",
         "                ds = ds * ri[..., None]\n",
         "",
         (

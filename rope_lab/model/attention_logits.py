@@ -1,0 +1,86 @@
+"""Masked attention logits of a block of queries against a block of keys, as every attention
+path computes them (`rope_lab.model.attention`, the blocked kernel `rope_lab.model.flash`,
+KV-cache decoding through `attention.attend_keys`).
+
+Query i sees key j when j <= i (sequence index, not position value) and, with a `window`, when
+i - j < window. A block's logits are q k^T x scale plus the encoding's bias, then (reference
+path only) the encoding's contextual term, then each query's `row_scale`, then the mask.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float
+
+from rope_lab.model.positions import PositionEncoding
+
+# Logit of a masked pair: finite, so a query block whose first key block is wholly masked (a
+# sliding window) gives exp(0) placeholders, which the first unmasked block scales by
+# exp(MASKED - m) = 0. Every query sees at least itself, so each row meets an unmasked key.
+MASKED = -1e30
+CONTEXTUAL_NEEDS_REFERENCE = (
+    "model.attention: {implementation} cannot add a contextual position term (CoPE): it needs "
+    "each query's whole row of keys at once; use reference (or auto, which picks it)"
+)
+
+
+def visible_keys(length: int, window: int | None = None) -> Bool[Array, "L L"]:
+    """(L, L) bool: key j visible from query i (j <= i, and i - j < window), as attention masks."""
+    index = jnp.arange(length)
+    return visibility(index, index, window)
+
+
+def visibility(q_index: Array, k_index: Array, window: int | None) -> Bool[Array, "Lq Lk"]:
+    """(Lq, Lk) bool: key j visible from query i (j <= i, and i - j < window)."""
+    ok = k_index[None, :] <= q_index[:, None]
+    if window is not None:
+        ok = ok & (k_index[None, :] > q_index[:, None] - window)
+    return ok
+
+
+def raw_logits(q: Array, k: Array, scale: float, bias: Array | None) -> Float[Array, "H Bq Bk"]:
+    """Unmasked, unscaled-by-row float32 logits of queries (H, Bq, Dh) against keys (H, Bk, Dh)."""
+    s = jnp.einsum("hqd,hkd->hqk", q, k, preferred_element_type=jnp.float32) * scale
+    return s if bias is None else s + bias
+
+
+def block_logits(
+    q: Array,
+    k: Array,
+    scale: float,
+    bias: Array | None,
+    ok: Array,
+    row_scale: Array | None,
+    contextual: PositionEncoding | None = None,
+) -> Float[Array, "H Bq Bk"]:
+    """Masked float32 logits of queries (H, Bq, Dh) against keys (H, Bk, Dh), each query's row
+    times `row_scale` (H, Bq) when given. With `contextual` (the reference path, keys the whole
+    causal prefix) its `contextual_bias` of these logits is added first."""
+    s = raw_logits(q, k, scale, bias)
+    if contextual is not None:
+        term = contextual.contextual_bias(q, s, ok)
+        s = s if term is None else s + term
+    if row_scale is not None:
+        s = s * row_scale[..., None]
+    return jnp.where(ok[None], s, MASKED)
+
+
+def has_contextual(encoding: PositionEncoding, q: Array) -> bool:
+    """Whether the encoding adds a contextual term (asked of one query and key, shapes only)."""
+    heads, dh = q.shape[-3], q.shape[-1]
+    one_q = jax.ShapeDtypeStruct((heads, 1, dh), q.dtype)
+    one_logit = jax.ShapeDtypeStruct((heads, 1, 1), jnp.float32)
+    one_pair = jax.ShapeDtypeStruct((1, 1), jnp.bool_)
+    return jax.eval_shape(encoding.contextual_bias, one_q, one_logit, one_pair) is not None
+
+
+__all__ = [
+    "CONTEXTUAL_NEEDS_REFERENCE",
+    "MASKED",
+    "block_logits",
+    "has_contextual",
+    "raw_logits",
+    "visibility",
+    "visible_keys",
+]

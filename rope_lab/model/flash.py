@@ -1,0 +1,227 @@
+"""The blocked attention kernel: online softmax (flash) in (block x block) tiles.
+
+Per query block, a loop over key blocks carries the running max, normaliser and output; blocks
+wholly above the diagonal or outside the window are never visited (`_Plan.key_blocks`). A
+custom VJP recomputes each block's logits from the saved per-row log-sum-exp, so training
+memory is linear in L as well as the forward. Bias parameters (KERPLE's r1, a T5 table) get
+their gradients through the encoding's own `bias`, block by block. A per-query `row_scale`
+(H, L) multiplies each logit row, bias included; its gradient is rowsum(dS * z).
+`rope_lab.model.attention.attend` picks this kernel (`blocked`, or `auto` past the reference
+path's lengths); it cannot add a contextual term (CoPE), which needs a query's whole row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int
+
+from rope_lab.config import ConfigError
+from rope_lab.model.attention_logits import (
+    CONTEXTUAL_NEEDS_REFERENCE,
+    MASKED,
+    block_logits,
+    has_contextual,
+    raw_logits,
+    visibility,
+)
+from rope_lab.model.memory import BLOCK
+from rope_lab.model.positions import PositionEncoding
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Static layout of one blocked call: block size, number of blocks, scale, window."""
+
+    block: int
+    n_blocks: int
+    scale: float
+    window: int | None
+
+    def key_blocks(self, i: Array) -> tuple[Array, Array]:
+        """[first, stop) of the key blocks query block i sees: those with a visible pair."""
+        if self.window is None:
+            first = jnp.zeros_like(i)
+        else:
+            first = jnp.maximum(0, (i * self.block - self.window + 1) // self.block)
+        return first, i + 1
+
+    def mask(self, i: Array, j: Array) -> Array:
+        """(block, block) visibility of key block j from query block i."""
+        offsets = jnp.arange(self.block)
+        return visibility(i * self.block + offsets, j * self.block + offsets, self.window)
+
+
+def blocked_attention(
+    q: Float[Array, "H L Dh"],
+    k: Float[Array, "H L Dh"],
+    v: Float[Array, "H L Dh"],
+    positions: Int[Array, " L"],
+    encoding: PositionEncoding | None,
+    *,
+    scale: float,
+    window: int | None = None,
+    block: int | None = None,
+    row_scale: Float[Array, "H L"] | None = None,
+) -> Float[Array, "H L Dh"]:
+    """Online-softmax attention in (block x block) tiles, linear memory forward and backward.
+
+    L need not be a multiple of `block`: the sequence is padded at the end (padded keys lie
+    after every real query, so causality hides them; padded queries are dropped). `block`
+    defaults to BLOCK.
+    """
+    if encoding is not None and has_contextual(encoding, q):
+        raise ConfigError(CONTEXTUAL_NEEDS_REFERENCE.format(implementation="blocked"))
+    length = q.shape[1]
+    block = min(block or BLOCK, length)
+    n_blocks = -(-length // block)
+    pad = n_blocks * block - length
+    if pad:
+        q, k, v = (jnp.pad(x, ((0, 0), (0, pad), (0, 0))) for x in (q, k, v))
+        positions = jnp.pad(positions, (0, pad), mode="edge")
+        if row_scale is not None:
+            row_scale = jnp.pad(row_scale, ((0, 0), (0, pad)), constant_values=1.0)
+    plan = _Plan(block, n_blocks, float(scale), window)
+    out = _flash((q, k, v, encoding, row_scale), positions, plan)
+    return out[:, :length]
+
+
+def _tiles(x: Array, plan: _Plan) -> Array:
+    """(H, L, *rest) -> (n_blocks, H, block, *rest)."""
+    tiled = x.reshape(x.shape[0], plan.n_blocks, plan.block, *x.shape[2:])
+    return jnp.moveaxis(tiled, 1, 0)
+
+
+def _untile(x: Array) -> Array:
+    """(n_blocks, H, block, *rest) -> (H, L, *rest)."""
+    x = jnp.moveaxis(x, 0, 1)
+    return x.reshape(x.shape[0], -1, *x.shape[3:])
+
+
+def _bias(encoding: PositionEncoding | None, q_positions: Array, k_positions: Array):
+    return None if encoding is None else encoding.bias(q_positions, k_positions)
+
+
+def _forward(q, k, v, encoding, row_scale, positions, plan: _Plan) -> tuple[Array, Array]:
+    """Outputs (H, L, Dh) and per-row log-sum-exp (H, L) of the padded sequence."""
+    qt, kt, vt = (_tiles(x, plan) for x in (q, k, v))
+    rt = None if row_scale is None else _tiles(row_scale, plan)
+    pt = positions.reshape(plan.n_blocks, plan.block)
+    heads, _, dh = q.shape[0], q.shape[1], q.shape[2]
+
+    def query_block(_, i):
+        qi = qt[i]
+        ri = None if rt is None else rt[i]
+
+        def key_block(j, carry):
+            m, norm, acc = carry
+            bias = _bias(encoding, pt[i], pt[j])
+            s = block_logits(qi, kt[j], plan.scale, bias, plan.mask(i, j), ri)
+            m_new = jnp.maximum(m, s.max(-1))
+            p = jnp.exp(s - m_new[..., None])
+            correction = jnp.exp(m - m_new)
+            norm = norm * correction + p.sum(-1)
+            pv = jnp.einsum(
+                "hqk,hkd->hqd", p.astype(vt.dtype), vt[j], preferred_element_type=jnp.float32
+            )
+            return m_new, norm, acc * correction[..., None] + pv
+
+        init = (
+            jnp.full((heads, plan.block), MASKED, jnp.float32),
+            jnp.zeros((heads, plan.block), jnp.float32),
+            jnp.zeros((heads, plan.block, dh), jnp.float32),
+        )
+        m, norm, acc = jax.lax.fori_loop(*plan.key_blocks(i), key_block, init)
+        return None, ((acc / norm[..., None]).astype(v.dtype), m + jnp.log(norm))
+
+    _, (out, lse) = jax.lax.scan(query_block, None, jnp.arange(plan.n_blocks))
+    return _untile(out), _untile(lse)
+
+
+def _backward(q, k, v, encoding, row_scale, positions, plan: _Plan, out, lse, d_out):
+    """Gradients of (q, k, v, encoding, row_scale) from recomputed block logits (the flash
+    backward). With a row scale r the logits are r * z: dz = r * dS and dr = rowsum(dS * z)."""
+    qt, kt, vt, dot = (_tiles(x, plan) for x in (q, k, v, d_out))
+    rt = None if row_scale is None else _tiles(row_scale, plan)
+    lset = _tiles(lse, plan)
+    delta = _tiles(jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), -1), plan)
+    pt = positions.reshape(plan.n_blocks, plan.block)
+    if encoding is not None:
+        params, static = eqx.partition(encoding, eqx.is_inexact_array)
+        d_params0 = jax.tree.map(jnp.zeros_like, params)
+    else:
+        params = static = d_params0 = None
+
+    def query_block(carry, i):
+        dk, dv, d_params = carry
+        qi, doi = qt[i], dot[i]
+        ri = None if rt is None else rt[i]
+
+        def key_block(j, inner):
+            dq, dk, dv, d_params, dr = inner
+            ok = plan.mask(i, j)
+            if encoding is None:
+                bias, bias_vjp = None, None
+            else:
+                bias, bias_vjp = jax.vjp(
+                    lambda p: eqx.combine(p, static).bias(pt[i], pt[j]), params
+                )
+            z = raw_logits(qi, kt[j], plan.scale, bias)
+            s = jnp.where(ok[None], z if ri is None else z * ri[..., None], MASKED)
+            p = jnp.exp(s - lset[i][..., None])  # 0 where masked
+            dv_j = jnp.einsum(
+                "hqk,hqd->hkd", p.astype(doi.dtype), doi, preferred_element_type=jnp.float32
+            )
+            dp = jnp.einsum("hqd,hkd->hqk", doi, vt[j], preferred_element_type=jnp.float32)
+            ds = p * (dp - delta[i][..., None])
+            if ri is not None:
+                dr = dr + jnp.sum(jnp.where(ok[None], ds * z, 0.0), -1)
+                ds = ds * ri[..., None]
+            if bias_vjp is not None:
+                (d_bias,) = bias_vjp(ds)
+                d_params = jax.tree.map(jnp.add, d_params, d_bias)
+            ds = ds * plan.scale
+            dq = dq + jnp.einsum(
+                "hqk,hkd->hqd", ds.astype(kt.dtype), kt[j], preferred_element_type=jnp.float32
+            )
+            dk_j = jnp.einsum(
+                "hqk,hqd->hkd", ds.astype(qi.dtype), qi, preferred_element_type=jnp.float32
+            )
+            return dq, dk.at[j].add(dk_j), dv.at[j].add(dv_j), d_params, dr
+
+        dq0 = jnp.zeros(qi.shape, jnp.float32)
+        dr0 = jnp.zeros(qi.shape[:-1], jnp.float32)
+        dq, dk, dv, d_params, dr = jax.lax.fori_loop(
+            *plan.key_blocks(i), key_block, (dq0, dk, dv, d_params, dr0)
+        )
+        return (dk, dv, d_params), (dq, dr)
+
+    zeros = jnp.zeros(kt.shape, jnp.float32)
+    (dk, dv, d_params), (dq, dr) = jax.lax.scan(
+        query_block, (zeros, zeros, d_params0), jnp.arange(plan.n_blocks)
+    )
+    grads = (_untile(dq).astype(q.dtype), _untile(dk).astype(k.dtype), _untile(dv).astype(v.dtype))
+    return (*grads, d_params, None if row_scale is None else _untile(dr))
+
+
+@eqx.filter_custom_vjp
+def _flash(operands, positions, plan):
+    return _forward(*operands, positions, plan)[0]
+
+
+@_flash.def_fwd
+def _flash_fwd(perturbed, operands, positions, plan):
+    out, lse = _forward(*operands, positions, plan)
+    return out, (out, lse)
+
+
+@_flash.def_bwd
+def _flash_bwd(residuals, d_out, perturbed, operands, positions, plan):
+    out, lse = residuals
+    return _backward(*operands, positions, plan, out, lse, d_out)
+
+
+__all__ = ["blocked_attention"]
