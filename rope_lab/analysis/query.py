@@ -11,13 +11,11 @@ fine-tuning steps) for a scaling method.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
-import numpy as np
 import polars as pl
 
 from rope_lab.analysis.curve_labels import (
@@ -31,6 +29,9 @@ from rope_lab.analysis.curve_labels import (
 )
 from rope_lab.results import Results, RunDirError, load
 from rope_lab.results.columns import TASK_METRIC_COLUMN
+
+if TYPE_CHECKING:
+    from rope_lab.analysis.summaries import aggregate_seeds, extrapolation_summary
 
 __all__ = [
     "FACTOR_FIELD",
@@ -251,186 +252,6 @@ def varying_columns(frame: pl.DataFrame, candidates: Iterable[str] | None = None
     return out
 
 
-def _default_by(frame: pl.DataFrame, metric: str) -> list[str]:
-    return [
-        c
-        for c in frame.columns
-        if c not in RUN_COLUMNS and c not in MEASUREMENT_COLUMNS and c != metric
-    ]
-
-
-def aggregate_seeds(
-    frame: pl.DataFrame,
-    by: Sequence[str] | None = None,
-    metric: str = "accuracy",
-    *,
-    ci: Literal["se", "t", "bootstrap"] = "se",
-    n_boot: int = 1000,
-    seed: int = 0,
-    level: float = 0.95,
-) -> pl.DataFrame:
-    """Mean of ``metric`` over seeds: columns ``by`` + mean, se, ci_low, ci_high, n.
-
-    Groups by ``by``, default every column except trial_id, train.seed, run bookkeeping
-    (status, times, ...) and measured values (loss, accuracy, value, ...). NaN/null values are
-    left out (``n`` counts the rest). ``ci``: ``"se"`` = mean ± one standard error (seaborn's
-    ``errorbar="se"``), ``"t"`` = Student-t interval at ``level``, ``"bootstrap"`` = percentile
-    interval at ``level`` of ``n_boot`` resampled means (generator seeded with ``seed``).
-    se and the interval are null for groups with fewer than two values.
-    """
-    if isinstance(frame, pl.LazyFrame):
-        frame = frame.collect()
-    if ci not in ("se", "t", "bootstrap"):
-        raise QueryError(f"ci must be 'se', 't' or 'bootstrap', got {ci!r}")
-    check_columns(frame, [metric], "metric")
-    keys = list(by) if by is not None else _default_by(frame, metric)
-    check_columns(frame, keys, "grouping")
-    vals = pl.col(metric).cast(pl.Float64).fill_nan(None).drop_nulls()
-    aggs = [
-        vals.mean().alias("mean"),
-        (vals.std(ddof=1) / vals.count().cast(pl.Float64).sqrt()).alias("se"),
-        vals.count().cast(pl.Int64).alias("n"),
-        vals.alias("_values"),
-    ]
-    if keys:
-        agg = frame.group_by(keys, maintain_order=True).agg(aggs)
-    else:
-        agg = frame.select([*aggs[:3], vals.implode().alias("_values")])
-    se = pl.when(pl.col("n") >= 2).then(pl.col("se"))
-    if ci == "se":
-        lo, hi = pl.col("mean") - se, pl.col("mean") + se
-        agg = agg.with_columns(se.alias("se"), lo.alias("ci_low"), hi.alias("ci_high"))
-    elif ci == "t":
-        from scipy import stats
-
-        n = agg.get_column("n").to_numpy()
-        tq = np.where(n >= 2, stats.t.ppf(0.5 + level / 2, np.maximum(n - 1, 1)), np.nan)
-        half = pl.Series("half", tq) * agg.get_column("se")
-        agg = agg.with_columns(se.alias("se")).with_columns(
-            (pl.col("mean") - half).alias("ci_low"), (pl.col("mean") + half).alias("ci_high")
-        )
-    else:
-        rng = np.random.default_rng(seed)
-        lows: list[float | None] = []
-        highs: list[float | None] = []
-        q = [50 * (1 - level), 50 * (1 + level)]
-        for values in agg.get_column("_values").to_list():
-            x = np.asarray(values, dtype=float)
-            if x.size < 2:
-                lows.append(None)
-                highs.append(None)
-                continue
-            means = x[rng.integers(0, x.size, size=(n_boot, x.size))].mean(axis=1)
-            lo_b, hi_b = np.percentile(means, q)
-            lows.append(float(lo_b))
-            highs.append(float(hi_b))
-        agg = agg.with_columns(
-            se.alias("se"),
-            pl.Series("ci_low", lows, dtype=pl.Float64),
-            pl.Series("ci_high", highs, dtype=pl.Float64),
-        )
-    return agg.select([*keys, "mean", "se", "ci_low", "ci_high", "n"])
-
-
-def _ratio_name(k: float) -> str:
-    return f"loss_ratio_{k:g}x"
-
-
-def extrapolation_summary(
-    source: Source | pl.DataFrame, *, threshold: float = 0.9, metric: str = "accuracy"
-) -> pl.DataFrame:
-    """One row per trial x (method, factor, finetune_steps): how far it extrapolates.
-
-    ``reference`` = ``metric`` at ``train.length`` (same method/factor/fine-tuning);
-    ``longest_length`` = the longest evaluated length L >= train.length such that every
-    evaluated length in [train.length, L] keeps ``metric >= threshold * reference`` (for
-    loss / perplexity: ``<= reference / threshold``); null without a reference. Then
-    ``longest_ratio = longest_length / train.length`` and ``loss_ratio_{k}x`` = loss at
-    k x train.length / loss at train.length for every evaluated k > 1. Config columns follow.
-    """
-    if not 0 < threshold <= 1:
-        raise QueryError(f"threshold must be in (0, 1], got {threshold}")
-    frame = source if isinstance(source, pl.DataFrame) else eval_table(source)
-    if "position_bucket" in frame.columns:
-        frame = frame.filter(pl.col("position_bucket").is_null())
-    check_columns(frame, ["trial_id", "method", "factor", "finetune_steps", "length", metric])
-    check_columns(frame, ["train.length", "loss"], "the summary (join the trial config)")
-    if "length_ratio" not in frame.columns:
-        frame = frame.with_columns(
-            (pl.col("length") / pl.col("train.length")).alias("length_ratio")
-        )
-    if "label" not in frame.columns:
-        frame = frame.with_columns(label_expr(frame.columns))
-    keys = ["trial_id", "method", "factor", "finetune_steps"]
-    at_train = pl.col("length") == pl.col("train.length")
-    value = pl.col(metric).cast(pl.Float64)
-    ref = value.filter(at_train).first()
-    ref_loss = pl.col("loss").filter(at_train).first()
-    ks = sorted(
-        k for k in frame.get_column("length_ratio").unique().drop_nulls().to_list() if k > 1
-    )
-    out = frame.group_by(keys, maintain_order=True).agg(
-        pl.col("label").first(),
-        pl.col("train.length").first(),
-        ref.alias("reference"),
-        pl.col("length").alias("_lengths"),
-        value.alias("_values"),
-        *[
-            (pl.col("loss").filter(pl.col("length_ratio") == k).first() / ref_loss).alias(
-                _ratio_name(k)
-            )
-            for k in ks
-        ],
-    )
-    lower = metric in LOWER_IS_BETTER
-    longest: list[int | None] = []
-    for row in out.select("train.length", "reference", "_lengths", "_values").iter_rows():
-        longest.append(_longest(*row, threshold=threshold, lower=lower))
-    out = out.with_columns(pl.Series("longest_length", longest, dtype=pl.Int64)).with_columns(
-        (pl.col("longest_length") / pl.col("train.length")).alias("longest_ratio")
-    )
-    head = [*keys, "label", "train.length", "reference", "longest_length", "longest_ratio"]
-    ratios = [_ratio_name(k) for k in ks]
-    config = [
-        c
-        for c in frame.columns
-        if c not in head
-        and c not in MEASUREMENT_COLUMNS
-        and c not in {"step", "length", "length_ratio", "position_bucket", metric}
-    ]
-    config_rows = frame.group_by("trial_id", maintain_order=True).agg(
-        [pl.col(c).first() for c in config if c != "trial_id"]
-    )
-    return (
-        out.select([*head, *ratios])
-        .join(config_rows, on="trial_id", how="left")
-        .sort(keys, nulls_last=True)
-    )
-
-
-def _longest(
-    train_length: int | None,
-    reference: float | None,
-    lengths: list[int],
-    values: list[float | None],
-    *,
-    threshold: float,
-    lower: bool,
-) -> int | None:
-    if train_length is None or reference is None or math.isnan(reference):
-        return None
-    best: int | None = None
-    for length, v in sorted(zip(lengths, values, strict=True), key=lambda t: t[0]):
-        if length < train_length:
-            continue
-        if v is None or math.isnan(v):
-            break
-        if not (v <= reference / threshold if lower else v >= threshold * reference):
-            break
-        best = length
-    return best
-
-
 _SQL_HINT = (
     "write a SQL condition, quote column names that contain dots with double quotes and "
     "strings with single quotes, e.g. '\"model.width\" = 64 AND method = 'yarn''"
@@ -471,3 +292,13 @@ def filter_where(frame: pl.DataFrame, where: str) -> pl.DataFrame:
 def _first_line(err: BaseException) -> str:
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
+
+
+def __getattr__(name: str):
+    """`aggregate_seeds` and `extrapolation_summary` from `rope_lab.analysis.summaries`, which
+    builds on this module (imported on first use: no import cycle)."""
+    if name in ("aggregate_seeds", "extrapolation_summary"):
+        from rope_lab.analysis import summaries
+
+        return getattr(summaries, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
