@@ -260,9 +260,12 @@ def judge_gap(
     smaller: str,
 ) -> Verdict:
     """:func:`judge_arms` of the claim mean(``larger`` arm) - mean(``smaller`` arm) > 0."""
-    return judge_arms(
-        ev, meta, scope, arms, lambda m: m[larger] - m[smaller], threshold=0.0, direction=">"
-    )
+    return judge_arms(ev, meta, scope, arms, gap(larger, smaller), threshold=0.0, direction=">")
+
+
+def gap(larger: str, smaller: str) -> Stat:
+    """The statistic mean(``larger`` arm) - mean(``smaller`` arm)."""
+    return lambda m: m[larger] - m[smaller]
 
 
 def missing(meta: Claim, scope: str, reason: str, statement: str | None = None) -> Verdict:

@@ -2,8 +2,8 @@
 
 "Rise" is the loss on the positions >= L_train of a sequence of k x L_train minus the loss at
 L_train (:func:`rope_lab.analysis.claims.measures.rise_past_train`); "score" is accuracy on
-synthetic
-tasks and minus the loss on language-modelling tasks, so higher is better for both.
+synthetic tasks and minus the loss on language-modelling tasks, so higher is better for both.
+Arms of a family are selected by what encodings declare (:mod:`.arms`), never by name lists.
 """
 
 from __future__ import annotations
@@ -14,37 +14,39 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
+from rope_lab.analysis.claims.arms import (
+    Arms,
+    arm,
+    by_family,
+    compare,
+    compare_per_task,
+    plain_variants,
+    trained_rows,
+)
 from rope_lab.analysis.claims.base import (
     Claim,
     Evidence,
     Verdict,
     claim,
     decide,
+    gap,
     judge_arms,
     judge_gap,
     missing,
     per_seed,
 )
-from rope_lab.analysis.claims.measures import loss_past_train, ratios, rise_past_train
+from rope_lab.analysis.claims.measures import (
+    loss_past_train,
+    ratio_at_most,
+    ratios,
+    rise_past_train,
+)
 
-ABSOLUTE = ("learned", "sinusoidal")
-RELATIVE = ("rope", "alibi", "t5_bias", "kerple_log", "kerple_power", "fire")
 ALIBI_TOLERANCE = 0.1  # nats of loss
 NOPE_TOLERANCE = 0.05  # accuracy (or nats of loss on text)
 SEED_SPREAD_RATIO = 0.5
 FAMILY_RATIO = 4.0
 UNLEARNED_NATS = 0.5
-
-
-def arm(frame: pl.DataFrame, variants: Sequence[str]) -> list[float]:
-    """Per-seed means of ``value`` over the trials of ``variants`` (seed order)."""
-    return per_seed(frame.filter(pl.col("variant").is_in(list(variants))))
-
-
-def ratio_at_most(ev: Evidence, task: str, limit: float) -> float | None:
-    """The largest evaluated ratio > 1 and <= ``limit``, or None."""
-    fitting = [r for r in ratios(ev, task) if 1 < r <= limit]
-    return max(fitting) if fitting else None
 
 
 def score_past_train(ev: Evidence, task: str, rows: pl.Expr | None = None) -> pl.DataFrame:
@@ -63,30 +65,23 @@ def score_past_train(ev: Evidence, task: str, rows: pl.Expr | None = None) -> pl
 @claim(
     "absolute_degrade_more",
     statement="absolute encodings (learned, sinusoidal) lose more past L_train than relative "
-    "ones (RoPE, ALiBi, T5 bias, KERPLE, FIRE): effect = rise(absolute) - rise(relative)",
+    "ones (RoPE, ALiBi, T5 bias, KERPLE, FIRE, xPos: every plain encoding of the relative "
+    "family): effect = rise(absolute) - rise(relative)",
     source="Press et al. 2022 (ALiBi), WikiText-103, L_train 512: sinusoidal 20.05 -> 43.54 "
     "ppl at 1012 tokens, rotary 20.07 -> 21.37, ALiBi 19.73 -> 18.73",
     order=10,
 )
 def absolute_degrade_more(ev: Evidence, meta: Claim) -> list[Verdict]:
     """rise(absolute) - rise(relative) > 0 at 2x and at 4x, per task."""
-    out = []
-    for task in ev.tasks():
-        present = ev.variants(task)
-        absolute = [v for v in ABSOLUTE if v in present]
-        relative = [v for v in RELATIVE if v in present]
-        for ratio in (2.0, 4.0):
-            scope = f"{task} @ {ratio:g}x"
-            if not absolute or not relative:
-                out.append(missing(meta, scope, "needs an absolute and a relative encoding"))
-                continue
-            if ratio not in ratios(ev, task):
-                out.append(missing(meta, scope, f"not evaluated at {ratio:g} x L_train"))
-                continue
-            rise = rise_past_train(ev, task, ratio)
-            arms = {"absolute": arm(rise, absolute), "relative": arm(rise, relative)}
-            out.append(judge_gap(ev, meta, scope, arms, "absolute", "relative"))
-    return out
+    return compare_per_task(
+        ev,
+        meta,
+        arms=lambda task: by_family(trained_rows(ev, task), "absolute", "relative"),
+        values=lambda task, ratio: rise_past_train(ev, task, ratio),
+        stat=gap("absolute", "relative"),
+        needs="needs an absolute and a relative encoding",
+        at=(2.0, 4.0),
+    )
 
 
 @claim(
@@ -134,29 +129,21 @@ def alibi_flat(ev: Evidence, meta: Claim) -> list[Verdict]:
 )
 def rope_between(ev: Evidence, meta: Claim) -> list[Verdict]:
     """Both gaps of the ordering ALiBi < RoPE < absolute positive at the largest ratio <= 4."""
-    out = []
-    for task in ev.tasks():
+
+    def arms(task: str) -> Arms:
         present = ev.variants(task)
-        absolute = [v for v in ABSOLUTE if v in present]
-        ratio = ratio_at_most(ev, task, 4.0)
-        if not absolute or not {"rope", "alibi"} <= present or ratio is None:
-            out.append(missing(meta, task, "needs RoPE, ALiBi and an absolute encoding past 1x"))
-            continue
-        rise = rise_past_train(ev, task, ratio)
-        arms = {"alibi": arm(rise, ["alibi"]), "rope": arm(rise, ["rope"])}
-        arms["absolute"] = arm(rise, absolute)
-        out.append(
-            judge_arms(
-                ev,
-                meta,
-                f"{task} @ {ratio:g}x",
-                arms,
-                lambda m: min(m["rope"] - m["alibi"], m["absolute"] - m["rope"]),
-                threshold=0.0,
-                direction=">",
-            )
-        )
-    return out
+        named = {kind: [kind] if kind in present else [] for kind in ("alibi", "rope")}
+        return {**named, "absolute": plain_variants(trained_rows(ev, task), family="absolute")}
+
+    return compare_per_task(
+        ev,
+        meta,
+        arms=arms,
+        values=lambda task, ratio: rise_past_train(ev, task, ratio),
+        stat=lambda m: min(m["rope"] - m["alibi"], m["absolute"] - m["rope"]),
+        needs="needs RoPE, ALiBi and an absolute encoding past 1x",
+        at=lambda task: ratio_at_most(ev, task, 4.0),
+    )
 
 
 @claim(
@@ -168,33 +155,26 @@ def rope_between(ev: Evidence, meta: Claim) -> list[Verdict]:
     order=40,
 )
 def nope_competitive(ev: Evidence, meta: Claim) -> list[Verdict]:
-    """score(NoPE) - max over other plain encodings of their score > -tolerance."""
+    """score(NoPE) - max over the other plain encodings of their score > -tolerance."""
     out = []
-    plain = (*ABSOLUTE, *RELATIVE, "cope")
     for task in ev.tasks():
         if ev.is_text(task):
             continue
-        present = ev.variants(task)
-        others = [v for v in plain if v in present]
-        if "none" not in present or not others:
-            out.append(missing(meta, task, "needs NoPE and another encoding"))
-            continue
-        score = score_past_train(ev, task)
-        if score.is_empty():
-            out.append(missing(meta, task, "not evaluated past L_train"))
-            continue
-        arms = {"none": arm(score, ["none"])} | {v: arm(score, [v]) for v in others}
-        out.append(
-            judge_arms(
-                ev,
-                meta,
-                task,
-                arms,
-                lambda m: m["none"] - max(v for k, v in m.items() if k != "none"),
-                threshold=-NOPE_TOLERANCE,
-                direction=">",
-            )
+        plain = plain_variants(trained_rows(ev, task))
+        others = [v for v in plain if v != "none"]
+        arms = {v: [v] for v in ("none", *others)} if "none" in plain and others else {}
+        verdict = compare(
+            ev,
+            meta,
+            task,
+            score_past_train(ev, task),
+            arms,
+            lambda m: m["none"] - max(v for k, v in m.items() if k != "none"),
+            needs="needs NoPE and another encoding",
+            empty="not evaluated past L_train",
+            threshold=-NOPE_TOLERANCE,
         )
+        out.append(verdict)
     return out
 
 
@@ -208,26 +188,17 @@ def nope_competitive(ev: Evidence, meta: Claim) -> list[Verdict]:
 )
 def randomized_helps(ev: Evidence, meta: Claim) -> list[Verdict]:
     """score(kind +randomized) - score(kind), averaged over kinds with both, > 0."""
+    needs = (
+        "needs an encoding trained with and without randomised positions, evaluated past L_train"
+    )
     out = []
     for task in ev.tasks():
         present = ev.variants(task)
-        pairs = [v for v in present if f"{v} +randomized" in present]
+        pairs = sorted(v for v in present if f"{v} +randomized" in present)
+        arms = {"randomized": [f"{v} +randomized" for v in pairs], "plain": pairs}
         score = score_past_train(ev, task)
-        if not pairs or score.is_empty():
-            out.append(
-                missing(
-                    meta,
-                    task,
-                    "needs an encoding trained with and without "
-                    "randomised positions, evaluated past L_train",
-                )
-            )
-            continue
-        arms = {
-            "randomized": arm(score, [f"{v} +randomized" for v in pairs]),
-            "plain": arm(score, pairs),
-        }
-        out.append(judge_gap(ev, meta, task, arms, "randomized", "plain"))
+        stat = gap("randomized", "plain")
+        out.append(compare(ev, meta, task, score, arms, stat, needs=needs, empty=needs))
     return out
 
 

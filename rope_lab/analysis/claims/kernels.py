@@ -1,6 +1,6 @@
 """Claims of the source documents about the empirical NTK (docs/science.md): the tail kernel
-of absolute encodings collapses through training, relative encodings are shift invariant, and
-the kernel moves less from its initialisation as the width grows."""
+of absolute encodings collapses through training, shift-invariant encodings have a shift-
+invariant kernel, and the kernel moves less from its initialisation as the width grows."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import polars as pl
 
+from rope_lab.analysis.claims.arms import arm, arm_values, by_family, complete, plain_variants
 from rope_lab.analysis.claims.base import (
     Claim,
     Evidence,
@@ -20,9 +21,7 @@ from rope_lab.analysis.claims.base import (
     missing,
     per_seed,
 )
-from rope_lab.analysis.claims.encodings import ABSOLUTE, RELATIVE, arm
 
-SHIFT_RELATIVE = ("rope", "alibi", "none")
 SHIFT_TOLERANCE = 0.01
 TAIL_RATIO = 4.0
 
@@ -69,10 +68,8 @@ def tail_kernel_collapse(ev: Evidence, meta: Claim) -> list[Verdict]:
         last = rows.filter(pl.col("step") == pl.col("step").max().over("trial_id"))
         change = last.join(first.select("trial_id", pl.col("value").alias("v0")), on="trial_id")
         change = change.with_columns((pl.col("value") - pl.col("v0")).alias("value"))
-        present = set(change.get_column("variant").to_list()) if len(change) else set()
-        absolute = [v for v in ABSOLUTE if v in present]
-        relative = [v for v in RELATIVE if v in present]
-        if not absolute or not relative:
+        arms = by_family(change, "absolute", "relative")
+        if not complete(arms):
             out.append(
                 missing(
                     meta,
@@ -81,13 +78,12 @@ def tail_kernel_collapse(ev: Evidence, meta: Claim) -> list[Verdict]:
                 )
             )
             continue
-        arms = {"absolute": arm(change, absolute), "relative": arm(change, relative)}
         out.append(
             judge_arms(
                 ev,
                 meta,
                 f"{task} @ {TAIL_RATIO:g}x",
-                arms,
+                arm_values(change, arms),
                 lambda m: min(-m["absolute"], m["relative"] - m["absolute"]),
                 threshold=0.0,
                 direction=">",
@@ -96,27 +92,29 @@ def tail_kernel_collapse(ev: Evidence, meta: Claim) -> list[Verdict]:
     return out
 
 
-def _invariance_margin(absolute: Sequence[str], relative: Sequence[str]) -> Stat:
-    """min(smallest absolute error - largest relative one, tolerance - largest relative one)."""
+def _invariance_margin(absolute: Sequence[str], invariant: Sequence[str]) -> Stat:
+    """min(smallest absolute error - largest invariant one, tolerance - largest invariant one)."""
 
     def margin(m: Mapping[str, float]) -> float:
-        worst_relative = max(m[r] for r in relative)
-        return min(min(m[a] for a in absolute) - worst_relative, SHIFT_TOLERANCE - worst_relative)
+        worst = max(m[v] for v in invariant)
+        return min(min(m[a] for a in absolute) - worst, SHIFT_TOLERANCE - worst)
 
     return margin
 
 
 @claim(
     "shift_invariance",
-    statement=f"the NTK of RoPE, ALiBi and NoPE is shift invariant and that of absolute "
-    f"encodings is not: effect = min(error(absolute) - error(relative), {SHIFT_TOLERANCE} - "
-    f"error(relative)), error = the relative shift-invariance error at the last step",
+    statement=f"the NTK of encodings whose logits are unchanged by a common position offset "
+    f"(RoPE, ALiBi, NoPE, T5 bias, KERPLE, CoPE, xPos) is shift invariant and that of absolute "
+    f"encodings is not: effect = min(error(absolute) - error(invariant), {SHIFT_TOLERANCE} - "
+    f"error(invariant)), error = the relative shift-invariance error at the last step",
     source="source documents, translation invariance of the relative-encoding NTK "
     "(docs/science.md, claim 3)",
     order=210,
 )
 def shift_invariance(ev: Evidence, meta: Claim) -> list[Verdict]:
-    """Largest relative-encoding error below tolerance and below the smallest absolute one."""
+    """Largest error of a shift-invariant encoding below tolerance and below the smallest
+    absolute one."""
     out = []
     for task in _ntk_tasks(ev) or ev.tasks():
         rows = _ntk_metric(ev, task, "shift_invariance_error")
@@ -124,20 +122,19 @@ def shift_invariance(ev: Evidence, meta: Claim) -> list[Verdict]:
             out.append(missing(meta, task, "no shift_invariance_error rows"))
             continue
         last = rows.filter(pl.col("step") == pl.col("step").max().over("trial_id"))
-        present = set(last.get_column("variant").to_list())
-        absolute = [v for v in ABSOLUTE if v in present]
-        relative = [v for v in SHIFT_RELATIVE if v in present]
-        if not absolute or not relative:
+        absolute = plain_variants(last, family="absolute")
+        invariant = plain_variants(last, shift_invariant=True)
+        if not absolute or not invariant:
             out.append(missing(meta, task, "needs absolute and relative encodings"))
             continue
-        arms = {v: arm(last, [v]) for v in (*absolute, *relative)}
+        arms = {v: arm(last, [v]) for v in (*absolute, *invariant)}
         out.append(
             judge_arms(
                 ev,
                 meta,
                 task,
                 arms,
-                _invariance_margin(absolute, relative),
+                _invariance_margin(absolute, invariant),
                 threshold=0.0,
                 direction=">",
             )

@@ -70,3 +70,9 @@ def ratios(ev: Evidence, task: str) -> list[float]:
         return []
     r = (rows.get_column("length") / rows.get_column("train.length")).round(6)
     return sorted(set(r.to_list()))
+
+
+def ratio_at_most(ev: Evidence, task: str, limit: float) -> float | None:
+    """The largest evaluated ratio > 1 and <= ``limit``, or None."""
+    fitting = [r for r in ratios(ev, task) if 1 < r <= limit]
+    return max(fitting) if fitting else None

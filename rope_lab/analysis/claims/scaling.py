@@ -21,8 +21,7 @@ from rope_lab.analysis.claims.base import (
     missing,
     per_seed,
 )
-from rope_lab.analysis.claims.encodings import ratio_at_most
-from rope_lab.analysis.claims.measures import loss_past_train, ratios
+from rope_lab.analysis.claims.measures import loss_past_train, ratio_at_most, ratios
 
 ROPE = "rope"
 EXACT_TOLERANCE = 1e-6  # nats: float32 forwards of identical frequencies agree to ~1e-7

@@ -165,3 +165,30 @@ def test_a_text_protocol_is_part_of_the_scope_not_the_variant() -> None:
         "lm_text (non-overlapping windows) @ 4x",
     }
     assert verdicts["lm_text (non-overlapping windows) @ 2x"].effect == pytest.approx(2.0 - 0.02)
+
+
+def test_a_relative_encoding_registered_later_joins_the_relative_arm() -> None:
+    """xPos declares family "relative": its plain rows pool with RoPE's; a variant of it with an
+    option off its default (which would drag the arm up) stays out."""
+    rows = zoo(curves={"learned": CURVES["learned"], "rope": CURVES["rope"]})
+    rows += zoo(curves={"xpos": CURVES["alibi"]})
+    rows += zoo(curves={"xpos": CURVES["learned"]}, config={"model.position.xpos.gamma": 0.8})
+    v = by_scope(judge(evidence(rows), ["absolute_degrade_more"]))["copy @ 2x"]
+    assert v.numbers["relative"] == pytest.approx((0.505 + 0.025) / 2)
+    assert v.effect == pytest.approx(2.005 - (0.505 + 0.025) / 2) and v.verdict == "holds"
+
+
+def test_the_encoding_columns_decide_the_family_before_the_registry() -> None:
+    """Rows that carry ``encoding.family`` are read from it (a kind unknown to the registry
+    joins the relative arm), rows without it from the registered kind (learned); where both
+    say something, the column wins."""
+    rows = zoo(curves={"learned": CURVES["learned"]})
+    rows += zoo(
+        curves={"unregistered_bias": CURVES["rope"]}, config={"encoding.family": "relative"}
+    )
+    v = by_scope(judge(evidence(rows), ["absolute_degrade_more"]))["copy @ 2x"]
+    assert v.numbers == {"absolute": pytest.approx(2.005), "relative": pytest.approx(0.505)}
+    family = {"learned": "relative", "unregistered_bias": "absolute"}
+    swapped = [{**r, "encoding.family": family[r["model.position.kind"]]} for r in rows]
+    v = by_scope(judge(evidence(swapped), ["absolute_degrade_more"]))["copy @ 2x"]
+    assert v.numbers == {"absolute": pytest.approx(0.505), "relative": pytest.approx(2.005)}

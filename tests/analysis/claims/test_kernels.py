@@ -58,3 +58,18 @@ def test_drift_slope_under_ntk_parametrisation() -> None:
     two_seeds = [r for r in ntk if not r["trial_id"].startswith("copy-rope-2")]
     v = judge(evidence(eval_rows, two_seeds), ["drift_falls_with_width"])[0]
     assert v.verdict == "inconclusive" and "3 seeds" in v.reason
+
+
+def test_shift_invariance_compares_every_encoding_declared_shift_invariant() -> None:
+    """T5 bias and xPos (logits a function of i - j) join the invariant arm; FIRE (distances
+    normalised by the query position) is neither invariant nor absolute, so it sits out."""
+    eval_rows = trial_rows("rope", 0, {1: 1.0})
+    ntk = []
+    for s in (0, 1):
+        ntk += ntk_rows("learned", s, "shift_invariance_error", {100: 0.2})
+        ntk += ntk_rows("t5_bias", s, "shift_invariance_error", {100: 0.001})
+        ntk += ntk_rows("xpos", s, "shift_invariance_error", {100: 0.004})
+        ntk += ntk_rows("fire", s, "shift_invariance_error", {100: 0.5})
+    v = judge(evidence(eval_rows, ntk), ["shift_invariance"])[0]
+    assert set(v.numbers) == {"learned", "t5_bias", "xpos"}
+    assert v.effect == pytest.approx(0.01 - 0.004) and v.verdict == "holds"
