@@ -15,11 +15,13 @@ from rope_lab.model import attention, memory
 from rope_lab.model.memory import causal_blocks
 from rope_lab.model.positions import Frozen
 from rope_lab.model.transformer import count_params, trainable, with_scaling
+from rope_lab.registry import POSITIONS, SCALINGS
 from rope_lab.trial.optimizer import decay_mask, lr_multipliers
 from rope_lab.trial.train import make_model
 from tests.helpers import tiny_trial
+from tests.model.scalings.test_registry import EXAMPLE_PARAMS
 
-KINDS = ["none", "learned", "sinusoidal", "rope", "alibi"]
+KINDS = POSITIONS.names()  # every registered encoding
 # the slower whole-model checks run every kind under -m slow, rope and alibi by default
 FAST_KINDS = [
     k if k in ("rope", "alibi") else pytest.param(k, marks=pytest.mark.slow) for k in KINDS
@@ -138,12 +140,12 @@ def test_scaling_swap_does_not_recompile():
         return m(tokens)
 
     tokens = jnp.arange(32) % 24
-    outs = [
-        f(with_scaling(model, kind, 2.0, seq_len=32), tokens)
-        for kind in ["linear", "ntk", "dynamic", "yarn"]
-    ]
+    outs = {
+        kind: f(with_scaling(model, kind, 2.0, EXAMPLE_PARAMS.get(kind), seq_len=32), tokens)
+        for kind in SCALINGS.names()  # every registered scaling method
+    }
     assert len(traces) == 1
-    assert not np.allclose(outs[0], outs[1])
+    assert not np.allclose(outs["linear"], outs["ntk"])
 
 
 def test_with_scaling_leaves_non_rope_unchanged():
