@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
@@ -214,6 +215,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from rope_lab.analysis.query import QueryError
 
     accepted = plots.plot_options(args.kind)
+    settings = plots.plot_settings(args.kind, args.settings or [])  # checked before any work
     options: dict[str, Any] = {}
     for name in PLOT_OPTIONS:
         value = getattr(args, name)
@@ -226,6 +228,10 @@ def cmd_plot(args: argparse.Namespace) -> int:
                 f"{', '.join(takes) or 'no options'} (and --out)"
             )
         options[name] = None if name in ("hue", "col", "row") and value.lower() == "none" else value
+    both = sorted(set(options) & set(settings))
+    if both:
+        raise QueryError(f"--{both[0]} and --set {both[0]}=... both given; give one")
+    options |= settings
     first = Path(args.run_dirs[0])
     default_dir = first.parent if first.is_file() else first
     if not first.exists():
@@ -284,6 +290,8 @@ class _PlotHelp(argparse.HelpFormatter):
     is shown, so that building the parser does not import rope_lab.analysis.plots."""
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text == "{options}":
+            return _options_described(width, indent)
         return super()._fill_text(text.replace("{kinds}", _kinds_described()), width, indent)
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
@@ -305,6 +313,22 @@ def _kinds_described() -> str:
         return text[:1].lower() + text[1:] if text[1:2].islower() else text
 
     return ", ".join(f"{k} ({lower_first(kind_help(k))})" for k in _kinds())
+
+
+def _options_described(width: int, indent: str) -> str:
+    """Each kind's keyword options with their types and defaults, one paragraph per kind."""
+    from rope_lab.analysis.plots import option_help
+
+    head = (
+        "options of each kind (--set KEY=VALUE, repeatable; VALUE read as YAML: 3, 0.5, true, "
+        "[a, b], none):"
+    )
+    lines = [textwrap.fill(head, width, initial_indent=indent, subsequent_indent=indent)]
+    for kind in _kinds():
+        text = f"{kind}: {option_help(kind)}"
+        lines.append(textwrap.fill(text, width, initial_indent=indent + "  ",
+                                   subsequent_indent=indent + "    "))  # fmt: skip
+    return "\n".join(lines)
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -363,7 +387,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         help="draw a figure of run directories (rope-lab plot --help lists the kinds)",
         description="Draw one figure of one or more run directories and write it (PNG or "
         "PDF by --out's extension; default RUN_DIR/plots/KIND.png). Kinds: {kinds}. "
-        "--hue/--col/--row none: off.",
+        "--hue/--col/--row none: off. --set KEY=VALUE passes any other option of the kind "
+        "(listed below).",
+        epilog="{options}",
         formatter_class=_PlotHelp,
     )
     p.add_argument("kind", metavar="KIND", help="one of: {kinds}")
@@ -379,4 +405,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--col", help="facet column (default: model.width when it varies)")
     p.add_argument("--row", help="facet rows (default: train.length / task.name if varying)")
+    p.add_argument("--set", action="append", dest="settings", metavar="KEY=VALUE",
+                   help="any keyword option of the kind (repeatable; VALUE read as YAML, "
+                   "checked against the option's type): --set n_boot=50 --set "
+                   "'metrics=[velocity, relative_change]'")  # fmt: skip
     p.set_defaults(func=_guard(cmd_plot))

@@ -212,23 +212,36 @@ class Metric:
 
     `on`: the rows it is written for: "train" (every NTK step, probe_length L_train), "cross"
     (every long probe length) or "shift" (shifted positions, first and last step); `per_group`:
-    for every parameter group as well as the total kernel (else the total only).
+    for every parameter group as well as the total kernel (else the total only). `drift`: a
+    "train" metric of how far the kernel moved, a default panel of the `ntk-drift` plot;
+    `scaled`: a "cross" metric also measured (total kernel) under each RoPE scaling by the
+    scaling stages (`NTKTracker.under_scalings`).
     """
 
     fn: Callable[[Kernels], float | None]
     on: Rows
     per_group: bool
+    drift: bool = False
+    scaled: bool = False
+
+    def __post_init__(self) -> None:
+        if self.drift and self.on != "train":
+            raise ValueError(f"a drift metric is written on train rows, not {self.on!r}")
+        if self.scaled and self.on != "cross":
+            raise ValueError(f"a metric under RoPE scalings is a cross metric, not {self.on!r}")
 
     def __call__(self, kernels: Kernels) -> float | None:
         return self.fn(kernels)
 
 
-def tracked(name: str, on: Rows, per_group: bool = False):
-    """Decorator registering fn(kernels) -> float | None as the NTK metric `name`; the tracker
-    writes the metrics in registration order."""
+def tracked(
+    name: str, on: Rows, per_group: bool = False, *, drift: bool = False, scaled: bool = False
+):
+    """Decorator registering fn(kernels) -> float | None as the NTK metric `name` (`drift`,
+    `scaled`: see `Metric`); the tracker writes the metrics in registration order."""
 
     def add(fn: Callable[[Kernels], float | None]) -> Callable[[Kernels], float | None]:
-        NTK_METRICS.register(name)(Metric(fn, on, per_group))
+        NTK_METRICS.register(name)(Metric(fn, on, per_group, drift, scaled))
         return fn
 
     return add
@@ -257,19 +270,19 @@ def _k_train_cos_mean(k: Kernels) -> float:
     return _offdiag_mean(cosine(k.K_train, d, d))
 
 
-@tracked("distance_from_init", "train", per_group=True)
+@tracked("distance_from_init", "train", per_group=True, drift=True)
 def _distance_from_init(k: Kernels) -> float | None:
     """kernel_distance(K_train, K_0); no row where K_0 is unknown or 0."""
     return kernel_distance(k.K_train, k.K_0) if _from_init(k) else None
 
 
-@tracked("relative_change", "train", per_group=True)
+@tracked("relative_change", "train", per_group=True, drift=True)
 def _relative_change(k: Kernels) -> float | None:
     """|K_train - K_0|_F / |K_0|_F; no row where K_0 is unknown or 0."""
     return relative_change(k.K_train, k.K_0) if _from_init(k) else None
 
 
-@tracked("velocity", "train")
+@tracked("velocity", "train", drift=True)
 def _velocity(k: Kernels) -> float | None:
     """kernel_distance(K_prev, K_train) / dt; no row at the first NTK step."""
     if k.K_prev is None or k.dt <= 0:
@@ -307,7 +320,7 @@ def _k_cross_mean(k: Kernels) -> float:
     return float(np.mean(_given(k.K_cross)))
 
 
-@tracked("cross_train_ratio", "cross", per_group=True)
+@tracked("cross_train_ratio", "cross", per_group=True, scaled=True)
 def _cross_train_ratio(k: Kernels) -> float:
     """mean(K_cross) / off-diagonal mean(K_train).
 
@@ -316,14 +329,14 @@ def _cross_train_ratio(k: Kernels) -> float:
     return cross_train_ratio(_given(k.K_cross), k.K_train)["offdiag_ratio"]
 
 
-@tracked("cross_train_cos_ratio", "cross")
+@tracked("cross_train_cos_ratio", "cross", scaled=True)
 def _cross_train_cos_ratio(k: Kernels) -> float:
     """The same ratio for cosines (K_cross by diag_long and diag_short, K_train by its own)."""
     ratio = cross_train_ratio(_given(k.K_cross), k.K_train, _given(k.diag_long), k.diag_short)
     return ratio["cos_offdiag_ratio"]
 
 
-@tracked("k_cross_cos_mean", "cross")
+@tracked("k_cross_cos_mean", "cross", scaled=True)
 def _k_cross_cos_mean(k: Kernels) -> float:
     """Mean of K_cross / sqrt(diag_long diag_short^T)."""
     return float(np.mean(cosine(_given(k.K_cross), _given(k.diag_long), k.diag_short)))
@@ -336,7 +349,7 @@ def _coverage_mean(k: Kernels) -> float:
     return float(np.mean(coverage(_given(k.K_cross), k.K_train, _given(k.diag_long), lam)))
 
 
-@tracked("tail_cos_mean", "cross")
+@tracked("tail_cos_mean", "cross", scaled=True)
 def _tail_cos_mean(k: Kernels) -> float:
     """Mean gradient cosine of a long probe's outputs at positions >= L_train."""
     return float(np.mean(_given(k.tail_cos)))

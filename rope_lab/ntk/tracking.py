@@ -10,7 +10,7 @@ step (probe_length = L_train; drift against step 0 and the previous NTK step), K
 at every long probe length (probe_length = that length), and shift-invariance errors
 (positions offset by L_train) at step 0 and the last step. At the last step a RoPE model's
 K_cross is also measured under each RoPE scaling by that scaling's stage (`under_scalings`; rows
-`SCALED_METRICS` with `method`, `factor`, at the last step).
+of the metrics registered with `scaled`, with `method`, `factor`, at the last step).
 
 Cost: each NTK step takes one gradient pass over the short probes and one over each long probe
 set (two output masks, whole and tail, sharing a forward pass); every kernel and metric is a
@@ -55,8 +55,6 @@ from rope_lab.trial.hooks import Hook, StepState
 from rope_lab.trial.scaling_plan import Scaling
 
 TOTAL = "total"
-# the metrics written for each RoPE scaling, in this order
-SCALED_METRICS = ("k_cross_cos_mean", "cross_train_cos_ratio", "cross_train_ratio", "tail_cos_mean")
 # `nm.Kernels` field -> kernels-file key of one long probe length
 LONG_KEYS = {
     "K_cross": "cross{}/" + TOTAL,
@@ -302,9 +300,10 @@ class NTKTracker:
     def under_scalings(
         self, model: Transformer, step: int, scalings: Sequence[Scaling]
     ) -> list[dict]:
-        """K_cross cosine and tail metrics (`SCALED_METRICS`) of a RoPE model under each of
-        `scalings` (the model's frequencies recomputed; dynamic scaling per probe length); the
-        sweep's scaling stages call it with their own scaling. Empty for other encodings.
+        """The total kernel's metrics registered with `scaled` (K_cross cosines, tail), in
+        registry order, of a RoPE model under each of `scalings` (the model's frequencies
+        recomputed; dynamic scaling per probe length); the sweep's scaling stages call it with
+        their own scaling. Empty for other encodings.
 
         Gradient passes are shared between scalings that give the same frequencies (dynamic
         scaling at L_train is the unscaled model for every factor)."""
@@ -313,6 +312,7 @@ class NTKTracker:
         rows: list[dict] = []
         L = self.cfg.train.length
         cache: dict[tuple, GradientFeatures] = {}
+        scaled_metrics = [(name, m) for name, m in NTK_METRICS.items() if m.scaled]
 
         def features(scaled: Transformer, length: int) -> GradientFeatures:
             rotary = (scaled.position, scaled.layer_positions)
@@ -333,9 +333,10 @@ class NTKTracker:
                 scaled = with_scaling(model, s.method, s.factor, params, seq_len=length)
                 t = cross_tail_kernels(features(scaled, length), short, short_sq)
                 kernels = nm.Kernels(K_train, short_sq, **_cross_fields(t))
-                for name in SCALED_METRICS:
-                    value = NTK_METRICS[name](kernels)
-                    rows.append(_row(step, length, TOTAL, name, value, s.method, s.factor))
+                for name, metric in scaled_metrics:
+                    value = metric(kernels)
+                    if value is not None:
+                        rows.append(_row(step, length, TOTAL, name, value, s.method, s.factor))
         return rows
 
 

@@ -173,3 +173,15 @@ def test_tracked_metrics_write_no_row_where_undefined():
     assert metrics["shift_invariance_error"](zero) is None
     with pytest.raises(ValueError, match="not in this Kernels"):
         metrics["k_cross_mean"](base)
+
+
+def test_drift_and_scaled_metrics_are_declared_by_the_metrics():
+    """The ntk-drift plot's default panels and the rows under RoPE scalings are the metrics
+    that declare `drift` and `scaled`: these train and cross metrics."""
+    drift = {name for name, m in NTK_METRICS.items() if m.drift}
+    scaled = {name for name, m in NTK_METRICS.items() if m.scaled}
+    assert drift == {"distance_from_init", "velocity", "relative_change"}
+    assert scaled == {"k_cross_cos_mean", "cross_train_cos_ratio", "cross_train_ratio",
+                      "tail_cos_mean"}  # fmt: skip
+    assert {NTK_METRICS[n].on for n in drift} == {"train"}
+    assert {NTK_METRICS[n].on for n in scaled} == {"cross"}

@@ -104,6 +104,37 @@ def test_rope_scalings_rows():
     assert NTKTracker(alibi, make_task_from(alibi)).under_scalings(None, 4, scalings_for(cfg)) == []
 
 
+def test_rows_under_scalings_are_the_registered_scaled_metrics(monkeypatch):
+    """A cross metric registered with `scaled` (here at test time, into a copy of the registry)
+    is written under every RoPE scaling and probe length; one giving None writes no row, and a
+    cross metric without `scaled` none."""
+    from rope_lab.ntk.metrics import Metric
+    from rope_lab.registry import NTK_METRICS
+
+    NTK_METRICS.names()  # loaded, so the copy holds every registered metric
+    monkeypatch.setattr(NTK_METRICS, "_entries", dict(NTK_METRICS._entries))
+    probes = Metric(lambda k: float(k.K_cross.shape[0]), "cross", False, scaled=True)
+    NTK_METRICS.register("probe_count")(probes)
+    NTK_METRICS.register("probe_none")(Metric(lambda k: None, "cross", False, scaled=True))
+    NTK_METRICS.register("probe_unscaled")(Metric(lambda k: 1.0, "cross", False))
+    scaled = [name for name, m in NTK_METRICS.items() if m.scaled]
+    assert scaled[:4] == ["cross_train_ratio", "cross_train_cos_ratio", "k_cross_cos_mean",
+                          "tail_cos_mean"]  # fmt: skip
+    cfg = _cfg("rope")
+    tracker = NTKTracker(cfg, make_task_from(cfg))
+    rows = tracker.under_scalings(make_model(cfg), 4, scalings_for(cfg)[1:])
+    for view in (("linear", 2.0), ("dynamic", 2.0)):
+        mine = [r for r in rows if (r["method"], r["factor"]) == view]
+        assert [r["metric"] for r in mine] == [m for m in scaled if m != "probe_none"]
+        count = next(r for r in mine if r["metric"] == "probe_count")
+        assert count["value"] == cfg.ntk.probes and count["probe_length"] == 32
+        assert count["group"] == "total" and count["step"] == 4
+    with pytest.raises(ValueError, match="cross metric"):
+        Metric(lambda k: 1.0, "train", False, scaled=True)
+    with pytest.raises(ValueError, match="train rows"):
+        Metric(lambda k: 1.0, "cross", False, drift=True)
+
+
 def test_train_stage_writes_ntk_table_and_resumes(tmp_path):
     cfg = replace(_cfg("rope"), **{"train.checkpoint_every": 2})
     result = run_train_stage(to_dict(cfg), str(tmp_path))

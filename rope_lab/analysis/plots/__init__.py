@@ -14,7 +14,8 @@ in a module of this package; the first line of its docstring is its one-line hel
 ``eval_curves`` (extrapolation, positions), ``ntk`` (ntk-drift, ntk-cross), ``kernels``
 (kernel), ``scaling_laws`` (scaling), ``loss_law`` (loss-law), ``decode`` (decode),
 ``dashboard`` (summary), and the shared ``curves``,
-``labels``, ``style``, ``layout``, ``frames`` and ``axes``.
+``labels``, ``style``, ``layout``, ``frames`` and ``axes``; ``options`` reads a kind's keyword
+options from its signature (``rope-lab plot --set KEY=VALUE``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from matplotlib.figure import Figure
 # isort: off
 # Import order is registration order, which is the order PLOTS and KINDS list the kinds in.
 from rope_lab.analysis.plots.eval_curves import LENGTH_AXES, extrapolation, positions
-from rope_lab.analysis.plots.ntk import CROSS_METRICS, DRIFT_METRICS, ntk_cross, ntk_drift
+from rope_lab.analysis.plots.ntk import CROSS_METRICS, drift_metrics, ntk_cross, ntk_drift
 from rope_lab.analysis.plots.kernels import kernel, load_kernel_arrays, plot_kernel_matrices
 from rope_lab.analysis.plots.scaling_laws import EVAL_METRICS, scaling, scaling_data
 from rope_lab.analysis.plots.dashboard import summary
@@ -40,6 +41,7 @@ from rope_lab.analysis.plots.dashboard import summary
 from rope_lab.analysis.plots.frames import Source
 from rope_lab.analysis.plots.labels import NAMES, SHORT, name_of
 from rope_lab.analysis.plots.layout import FORMATS, PANEL, save
+from rope_lab.analysis.plots.options import describe, keyword_options, parse_settings
 from rope_lab.analysis.plots.style import label_key
 from rope_lab.analysis.query import QueryError
 from rope_lab.registry import PLOTS, UnknownName
@@ -49,7 +51,6 @@ for _module in pkgutil.iter_modules(__path__):
 
 __all__ = [
     "CROSS_METRICS",
-    "DRIFT_METRICS",
     "EVAL_METRICS",
     "FORMATS",
     "KINDS",
@@ -59,6 +60,7 @@ __all__ = [
     "PLOTS",
     "SHORT",
     "Source",
+    "drift_metrics",
     "extrapolation",
     "kernel",
     "kind_help",
@@ -67,10 +69,12 @@ __all__ = [
     "name_of",
     "ntk_cross",
     "ntk_drift",
+    "option_help",
     "plot",
     "plot_function",
     "plot_kernel_matrices",
     "plot_options",
+    "plot_settings",
     "positions",
     "save",
     "scaling",
@@ -104,6 +108,18 @@ def plot_options(kind: str) -> list[str]:
     return ["metric" if n == "metrics" else n for n in names]
 
 
+def option_help(kind: str) -> str:
+    """Each keyword option of plot ``kind`` with its type and default, on one line."""
+    return describe(plot_function(kind))
+
+
+def plot_settings(kind: str, settings: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """``KEY=VALUE`` texts (``rope-lab plot --set``) as keyword options of plot ``kind``, each
+    value parsed as YAML and checked against the option's type (QueryError naming the key and
+    the options allowed, or the type expected)."""
+    return parse_settings(kind, plot_function(kind), settings)
+
+
 def plot(kind: str, source: Any, *, out: str | Path | None = None, **options: Any) -> Figure:
     """Draw plot ``kind`` (one of KINDS) of ``source`` and write it to ``out`` if given.
 
@@ -111,14 +127,16 @@ def plot(kind: str, source: Any, *, out: str | Path | None = None, **options: An
     ``metrics=("m",)`` for the NTK plots). Unknown kinds and options raise QueryError.
     """
     accepted = plot_options(kind)
-    unknown = [k for k in options if k not in accepted]
+    func = plot_function(kind)
+    unknown = [k for k in options if k not in accepted and k not in keyword_options(func)]
     if unknown:
         raise QueryError(
             f"plot kind {kind!r} does not take {', '.join(unknown)}; it takes: "
             f"{', '.join(accepted) or '(no options)'}"
         )
-    func = plot_function(kind)
     if "metric" in options and "metrics" in inspect.signature(func).parameters:
+        if "metrics" in options:
+            raise QueryError(f"plot kind {kind!r}: give metric or metrics, not both")
         options["metrics"] = (options.pop("metric"),)
     if isinstance(source, list | tuple) and len(source) == 1:
         source = source[0]

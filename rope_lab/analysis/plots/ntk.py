@@ -1,6 +1,9 @@
 """NTK figures from the ``ntk`` table: ``ntk_drift`` (drift metrics vs training step and the
 end-of-training drift vs width with fitted slopes) and ``ntk_cross`` (long-probe vs train
-kernel alignment vs probe length)."""
+kernel alignment vs probe length).
+
+The drift metrics are those registered with ``drift`` in ``registry.NTK_METRICS``; reading the
+registry imports ``rope_lab.ntk.metrics`` (numpy only), never JAX."""
 
 from __future__ import annotations
 
@@ -47,10 +50,28 @@ from rope_lab.analysis.plots.labels import (
 from rope_lab.analysis.plots.layout import facets, finish, panel_grid
 from rope_lab.analysis.plots.style import dashed_labels, figure_legend, hue_mapping, styled
 from rope_lab.analysis.query import QueryError
-from rope_lab.registry import PLOTS
+from rope_lab.registry import NTK_METRICS, PLOTS
 
-DRIFT_METRICS: Final = ("distance_from_init", "velocity", "relative_change")
 CROSS_METRICS: Final = ("k_cross_cos_mean", "cross_train_cos_ratio")
+
+
+def drift_metrics(
+    frame: pl.DataFrame | None = None, *, group: str = "total", method: str = "none"
+) -> tuple[str, ...]:
+    """The NTK metrics registered with ``drift``, in registry order; given an ntk ``frame``,
+    those it has rows of for ``group`` and ``method`` (QueryError when none)."""
+    names = tuple(name for name, m in NTK_METRICS.items() if getattr(m, "drift", False))
+    if frame is None:
+        return names
+    rows = frame.filter((pl.col("group") == group) & (pl.col("method") == method))
+    present = set(rows.get_column("metric").unique().drop_nulls().to_list())
+    if not any(name in present for name in names):
+        have = sorted(frame.get_column("metric").unique().drop_nulls().to_list())
+        raise QueryError(
+            f"no ntk rows of a drift metric ({', '.join(names)}) for group {group!r}, method "
+            f"{method!r}; metrics present: {', '.join(have) or '(none)'}"
+        )
+    return tuple(name for name in names if name in present)
 
 
 def draw_drift_end(
@@ -88,7 +109,7 @@ def draw_drift_end(
 def ntk_drift(
     source: Source,
     *,
-    metrics: Sequence[str] = DRIFT_METRICS,
+    metrics: Sequence[str] | None = None,
     group: str = "total",
     method: str = "none",
     hue: str = "model.width",
@@ -101,9 +122,12 @@ def ntk_drift(
     per PE kind, plus a panel of end-of-training drift (the first metric) vs ``x`` on log-log
     with the fitted slope per PE kind. Train-kernel rows (probe_length == L_train) of the
     kernel as trained (``method``) and parameter ``group``; step 0 is left out (log axis).
+    ``metrics`` default: the registered drift metrics the rows have (:func:`drift_metrics`).
     """
     frame = ntk_frame(source)
     q.check_columns(frame, [hue, x], "the plot")
+    if metrics is None:
+        metrics = drift_metrics(frame, group=group, method=method)
     style = "model.position.kind" if "model.position.kind" in frame.columns else None
     per_metric = []
     for metric in metrics:

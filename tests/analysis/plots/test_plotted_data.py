@@ -352,7 +352,7 @@ def drift_keys(fig: Figure) -> tuple[dict[str, int], dict[Any, str]]:
     return widths, style_dashes(legend, plots.name_of("model.position.kind"))
 
 
-@pytest.mark.parametrize("metrics", [plots.DRIFT_METRICS, ("velocity",)])
+@pytest.mark.parametrize("metrics", [plots.drift_metrics(), ("velocity",)])
 def test_ntk_drift_draws_train_kernel_means_and_fits(store: Path, metrics: tuple[str]) -> None:
     frame = perturbed_ntk(store)
     if len(metrics) == 1:
