@@ -4,6 +4,11 @@ short fine-tune at the target length) and under the zero-shot log-length attenti
 (any encoding, its multiplier recomputed at every length), and the text table. The
 extrapolation summary of a trial's rows is `rope_lab.analysis.query.extrapolation_summary`'s.
 
+`evaluate_model` is one pass per scaling and length: build the model under the scaling
+(`model_at_length`), draw the length's batches (`draw_batches`, the only reader of how the eval
+config samples, pads and splits them), compute the metric sums (`metric_sums`), write the rows
+(`rows_for_length`). The helpers follow in that order.
+
 Rows are plain dicts with the `eval` table's columns: step, method, factor, finetune_steps,
 length, loss, perplexity, accuracy, exact_match, position_bucket (None for whole sequences),
 sequences_per_forward (the evaluation batch is split to fit `eval.memory_budget_mb`).
@@ -13,7 +18,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
@@ -45,6 +52,195 @@ from rope_lab.trial.scaling_plan import (
 from rope_lab.trial.train import train  # fine-tuning
 
 
+def evaluate_model(
+    model: Transformer,
+    task: Task,
+    cfg: TrialConfig,
+    *,
+    step: int,
+    scalings: Iterable[Scaling] | None = None,
+    finetune_steps: int = 0,
+    lengths: Sequence[int] | None = None,
+) -> list[dict]:
+    """Eval rows for each scaling and length: the model under the scaling at that length, the
+    length's batches (the same data key for every scaling, so methods are compared on identical
+    batches), their metric sums, a whole-sequence row and one row per position bucket."""
+    lengths = cfg.eval_lengths if lengths is None else lengths
+    key = jax.random.PRNGKey(cfg.eval.seed)
+    rows: list[dict] = []
+    for scaling in scalings_for(cfg) if scalings is None else scalings:
+        labels = {
+            "step": step,
+            "method": scaling.method,
+            "factor": scaling.factor,
+            "finetune_steps": finetune_steps,
+        }
+        for length in lengths:
+            scaled = model_at_length(model, cfg, scaling, length)
+            batches = draw_batches(task, cfg, length, key=jax.random.fold_in(key, length))
+            sums = metric_sums(scaled, batches)
+            rows += rows_for_length(sums, length, cfg.eval.position_buckets, labels)
+    return rows
+
+
+def finetune_and_evaluate(
+    model: Transformer,
+    task: Task,
+    cfg: TrialConfig,
+    *,
+    step: int,
+    scalings: Iterable[Scaling] | None = None,
+) -> list[dict]:
+    """For each (method, factor) of a RoPE model (default: `finetune_scalings`, those of the
+    eval config chosen for fine-tuning): fine-tune `eval.finetune_steps` steps at factor x
+    L_train with that scaling, then evaluate at every length. Empty when finetune_steps is 0 or
+    the model is not RoPE; scalings not chosen (`scaling_plan.fine_tuned`: zero-shot only, like
+    the temperature, or outside `eval.finetune_methods` / `finetune_factors`) are skipped."""
+    ev = cfg.eval
+    if ev.finetune_steps <= 0 or not cfg.model.supports_scaling:
+        return []
+    rows: list[dict] = []
+    todo = (
+        finetune_scalings(cfg) if scalings is None else [s for s in scalings if fine_tuned(cfg, s)]
+    )
+    for scaling in todo:
+        target = round(scaling.factor * cfg.train.length)
+        tuned = train(
+            cfg,
+            model=model_at_length(model, cfg, scaling, target),
+            length=target,
+            steps=ev.finetune_steps,
+            lr=ev.finetune_lr,
+            data_seed=cfg.train.seed + 10_000,
+        )
+        rows += evaluate_model(
+            tuned.model, task, cfg, step=step, scalings=[scaling], finetune_steps=ev.finetune_steps
+        )
+    return rows
+
+
+def evaluate_length(
+    model: Transformer, task: Task, cfg: TrialConfig, length: int, *, key
+) -> dict[str, np.ndarray | float]:
+    """Per-position loss sums, correct counts and scored counts (each (L,)) plus exact match
+    and `sequences_per_forward`: `metric_sums` of the batches `draw_batches` draws at `length`
+    from `key`."""
+    return metric_sums(model, draw_batches(task, cfg, length, key=key))
+
+
+# 1. The model under a scaling.
+def model_at_length(
+    model: Transformer, cfg: TrialConfig, scaling: Scaling, length: int
+) -> Transformer:
+    """`model` as evaluated under `scaling` at `length`: RoPE frequencies recomputed for the
+    method at `length` (dynamic depends on it); `NO_SCALING` as is; `TEMPERATURE` the model as
+    trained (`scalings_for(cfg)[0]` at `length`) with every attention logit times
+    `log_length_temperature(length, L_train)`, which is 1, the model as trained, up to L_train."""
+    temperature = scaling.method == TEMPERATURE
+    frequencies = scalings_for(cfg)[0] if temperature else scaling
+    if frequencies.method != NO_SCALING:
+        model = with_scaling(
+            model, frequencies.method, frequencies.factor, thaw(frequencies.params), seq_len=length
+        )
+    if temperature:
+        model = with_temperature(model, log_length_temperature(length, cfg.train.length))
+    return model
+
+
+# 2. The batches of a length.
+# One evaluation batch as the function that runs a model on it: model -> `_sums` of the batch.
+BatchRun = Callable[[Transformer], Any]
+
+
+class DrawnBatches(NamedTuple):
+    """The evaluation batches of one length, drawn lazily in order as `metric_sums` runs them
+    (so iterable once)."""
+
+    batches: Iterator[BatchRun]
+    length: int
+    sequences_per_forward: int
+    single_answer: bool  # False for windows of text, which have no exact match
+
+
+def draw_batches(task: Task, cfg: TrialConfig, length: int, *, key) -> DrawnBatches:
+    """The batches of one length as the eval config asks: `eval.batches` batches sampled from the
+    eval split (`_sampled_batches`), or every window of the held-out text under a
+    `text_protocol` other than random (`_text_batches`)."""
+    if cfg.eval.text_protocol != "random":
+        return _text_batches(task, cfg, length, key=key)
+    return _sampled_batches(task, cfg, length, key=key)
+
+
+def _sampled_batches(task: Task, cfg: TrialConfig, length: int, *, key) -> DrawnBatches:
+    """Batch b sampled from fold_in(key, b), sampling and forward in one program per length.
+
+    With `eval.pad_to_longest` the batches (drawn exactly as without it) are padded to the
+    longest evaluated length and run through one forward program shared by all lengths; the
+    model is causal, so the padding changes no real position's loss (`metric_sums` cuts it
+    off). A batch whose forward exceeds `eval.memory_budget_mb` runs as sub-batches that fit
+    (drawn whole, so the numbers do not change)."""
+    ev = cfg.eval
+    operands = task.operands("eval")
+    padded_length = max(length, *cfg.eval_lengths) if ev.pad_to_longest else length
+    chunk = sequences_per_forward(cfg, padded_length)
+
+    def batches() -> Iterator[BatchRun]:
+        for b in range(ev.batches):
+            batch_key = jax.random.fold_in(key, b)
+            if ev.pad_to_longest or chunk < ev.batch_size:
+                # The key split runs outside the per-length program: one less threefry to compile.
+                keys = jax.random.split(batch_key)
+                batch, positions = _drawn_batch(
+                    task, operands, keys, ev.batch_size, length, cfg, padded_length
+                )
+                yield partial(_split_sums, batch=batch, positions=positions, chunk=chunk)
+            else:  # sampled inside its forward program
+                yield partial(
+                    _batch_sums,
+                    task=task,
+                    operands=operands,
+                    key=batch_key,
+                    batch_size=ev.batch_size,
+                    length=length,
+                    cfg=cfg,
+                )
+
+    return DrawnBatches(batches(), length, chunk, single_answer=True)
+
+
+def _text_batches(task: Task, cfg: TrialConfig, length: int, *, key) -> DrawnBatches:
+    """Under `eval.text_protocol` `nonoverlapping` or `sliding`: every window of the whole
+    held-out text (`text_windows`, stride min(`text_stride` or L_train, L)), in groups of
+    `eval.batch_size` sequences (the last group padded with unscored rows, so one program
+    serves all groups of a length), positions of group g from fold_in(key, g).
+    `eval.pad_to_longest` is not applied: a text of n bytes is n / L windows at length L, so
+    padding every window to the longest length would multiply the work at the short lengths
+    (6x over 0.5x..8x) to save a few compilations."""
+    ev = cfg.eval
+    (data,) = task.operands("eval")
+    stride = min(ev.text_stride or cfg.train.length, length)
+    tokens, targets, mask = text_windows(np.asarray(data), length, ev.text_protocol, stride)
+    rows = -(-tokens.shape[0] // ev.batch_size) * ev.batch_size
+    pad = ((0, rows - tokens.shape[0]), (0, 0))
+    tokens, targets, mask = (np.pad(a, pad) for a in (tokens, targets, mask))
+    chunk = sequences_per_forward(cfg, length)
+
+    def batches() -> Iterator[BatchRun]:
+        for g, start in enumerate(range(0, rows, ev.batch_size)):
+            part = slice(start, start + ev.batch_size)
+            batch = Batch(
+                tokens=jnp.asarray(tokens[part]),
+                targets=jnp.asarray(targets[part]),
+                mask=jnp.asarray(mask[part]),
+            )
+            positions = batch_positions(
+                cfg, batch_size=ev.batch_size, length=length, key=jax.random.fold_in(key, g)
+            )
+            yield partial(_split_sums, batch=batch, positions=positions, chunk=chunk)
+
+    return DrawnBatches(batches(), length, chunk, single_answer=False)
+
+
 def _draw(
     task: Task, operands, keys, batch_size: int, length: int, cfg: TrialConfig
 ) -> tuple[Batch, Int[Array, "B L"]]:
@@ -52,26 +248,6 @@ def _draw(
     tokens/targets/mask and (B, L) positions."""
     batch = task.sample_from(operands, batch_size, length, key=keys[0])
     return batch, batch_positions(cfg, key=keys[1], batch_size=batch_size, length=length)
-
-
-def _sums(model: Transformer, batch: Batch, positions: Int[Array, "B P"]):
-    """Per-position loss sums, correct and scored counts (each (P,)), exact-match and scored
-    sequence counts (scalars) of one batch; unscored (mask False) slots contribute nothing."""
-    losses, correct = token_losses(model, batch, positions)
-    mask = batch.mask
-    per_position = (
-        jnp.sum(jnp.where(mask, losses, 0.0), axis=0),
-        jnp.sum(mask & correct, axis=0),
-        jnp.sum(mask, axis=0),
-    )
-    exact = jnp.all(correct | ~mask, axis=1) & jnp.any(mask, axis=1)
-    return per_position, jnp.sum(exact), jnp.sum(jnp.any(mask, axis=1))
-
-
-@eqx.filter_jit(compiler_options=FEW_CALLS)  # type: ignore[call-overload]
-def _batch_sums(model: Transformer, task: Task, operands, key, batch_size: int, length: int, cfg):
-    """Sampling and forward at `length` in one program (one compilation per length)."""
-    return _sums(model, *_draw(task, operands, jax.random.split(key), batch_size, length, cfg))
 
 
 @eqx.filter_jit(compiler_options=FEW_CALLS)  # type: ignore[call-overload]
@@ -96,6 +272,37 @@ def _drawn_batch(
     return padded, jnp.pad(positions, pad, mode="edge")
 
 
+# 3. Their metric sums.
+def metric_sums(model: Transformer, drawn: DrawnBatches) -> dict[str, np.ndarray | float]:
+    """Per-position loss sums, correct counts and scored counts (each (L,)) over every batch,
+    exact match over every sequence with a scored token (NaN for windows of text) and
+    `sequences_per_forward`. Positions past L (padding) are cut off."""
+    length = drawn.length
+    loss_sum, correct, count = np.zeros(length), np.zeros(length), np.zeros(length)
+    exact = n_seq = 0.0
+    for run in drawn.batches:
+        (ls, cs, ns), ex, nq = run(model)
+        loss_sum += np.asarray(ls, np.float64)[:length]
+        correct += np.asarray(cs, np.float64)[:length]
+        count += np.asarray(ns, np.float64)[:length]
+        if drawn.single_answer:
+            exact += float(ex)
+            n_seq += float(nq)
+    return {
+        "loss_sum": loss_sum,
+        "correct": correct,
+        "count": count,
+        "exact_match": exact / max(n_seq, 1.0) if drawn.single_answer else math.nan,
+        "sequences_per_forward": drawn.sequences_per_forward,
+    }
+
+
+@eqx.filter_jit(compiler_options=FEW_CALLS)  # type: ignore[call-overload]
+def _batch_sums(model: Transformer, task: Task, operands, key, batch_size: int, length: int, cfg):
+    """Sampling and forward at `length` in one program (one compilation per length)."""
+    return _sums(model, *_draw(task, operands, jax.random.split(key), batch_size, length, cfg))
+
+
 @eqx.filter_jit(compiler_options=FEW_CALLS)  # type: ignore[call-overload]
 def _forward_sums(model: Transformer, batch: Batch, positions: Int[Array, "B P"]):
     """`_sums` as a forward program of its own: compiled once per model structure and (B, P),
@@ -115,104 +322,21 @@ def _split_sums(model: Transformer, batch: Batch, positions: Array, chunk: int):
     return total
 
 
-def evaluate_length(
-    model: Transformer, task: Task, cfg: TrialConfig, length: int, *, key
-) -> dict[str, np.ndarray | float]:
-    """Per-position loss sums, correct counts and scored counts (each (L,)) plus exact match
-    and `sequences_per_forward`.
-
-    With `eval.pad_to_longest` the batches (drawn exactly as without it) are padded to the
-    longest evaluated length and run through one forward program shared by all lengths; the
-    model is causal, so the padding changes no real position's loss and is cut off here. A
-    batch whose forward exceeds `eval.memory_budget_mb` runs as sub-batches that fit (drawn
-    whole, so the numbers do not change)."""
-    ev = cfg.eval
-    if ev.text_protocol != "random":
-        return _window_sums(model, task, cfg, length, key=key)
-    loss_sum = np.zeros(length)
-    correct = np.zeros(length)
-    count = np.zeros(length)
-    exact = n_seq = 0.0
-    operands = task.operands("eval")
-    padded_length = max(length, *cfg.eval_lengths) if ev.pad_to_longest else length
-    chunk = sequences_per_forward(cfg, padded_length)
-    for b in range(ev.batches):
-        batch_key = jax.random.fold_in(key, b)
-        if ev.pad_to_longest or chunk < ev.batch_size:
-            # The key split runs outside the per-length program: one less threefry to compile.
-            keys = jax.random.split(batch_key)
-            batch, positions = _drawn_batch(
-                task, operands, keys, ev.batch_size, length, cfg, padded_length
-            )
-            (ls, cs, ns), ex, nq = _split_sums(model, batch, positions, chunk)
-        else:
-            (ls, cs, ns), ex, nq = _batch_sums(
-                model, task, operands, batch_key, ev.batch_size, length, cfg
-            )
-        loss_sum += np.asarray(ls, np.float64)[:length]
-        correct += np.asarray(cs, np.float64)[:length]
-        count += np.asarray(ns, np.float64)[:length]
-        exact += float(ex)
-        n_seq += float(nq)
-    return {
-        "loss_sum": loss_sum,
-        "correct": correct,
-        "count": count,
-        "exact_match": exact / max(n_seq, 1.0),
-        "sequences_per_forward": chunk,
-    }
+def _sums(model: Transformer, batch: Batch, positions: Int[Array, "B P"]):
+    """Per-position loss sums, correct and scored counts (each (P,)), exact-match and scored
+    sequence counts (scalars) of one batch; unscored (mask False) slots contribute nothing."""
+    losses, correct = token_losses(model, batch, positions)
+    mask = batch.mask
+    per_position = (
+        jnp.sum(jnp.where(mask, losses, 0.0), axis=0),
+        jnp.sum(mask & correct, axis=0),
+        jnp.sum(mask, axis=0),
+    )
+    exact = jnp.all(correct | ~mask, axis=1) & jnp.any(mask, axis=1)
+    return per_position, jnp.sum(exact), jnp.sum(jnp.any(mask, axis=1))
 
 
-def _window_sums(
-    model: Transformer, task: Task, cfg: TrialConfig, length: int, *, key
-) -> dict[str, np.ndarray | float]:
-    """`evaluate_length` under `eval.text_protocol` `nonoverlapping` or `sliding`: every window
-    of the whole held-out text (`text_windows`, stride min(`text_stride` or L_train, L)), in
-    groups of `eval.batch_size` sequences (the last group padded with unscored rows, so one
-    program serves all groups of a length). `eval.pad_to_longest` is not applied: a text of n
-    bytes is n / L windows at length L, so padding every window to the longest length would
-    multiply the work at the short lengths (6x over 0.5x..8x) to save a few compilations."""
-    ev = cfg.eval
-    (data,) = task.operands("eval")
-    stride = min(ev.text_stride or cfg.train.length, length)
-    tokens, targets, mask = text_windows(np.asarray(data), length, ev.text_protocol, stride)
-    rows = -(-tokens.shape[0] // ev.batch_size) * ev.batch_size
-    pad = ((0, rows - tokens.shape[0]), (0, 0))
-    tokens, targets, mask = (np.pad(a, pad) for a in (tokens, targets, mask))
-    chunk = sequences_per_forward(cfg, length)
-    loss_sum, correct, count = np.zeros(length), np.zeros(length), np.zeros(length)
-    for g, start in enumerate(range(0, rows, ev.batch_size)):
-        part = slice(start, start + ev.batch_size)
-        batch = Batch(
-            tokens=jnp.asarray(tokens[part]),
-            targets=jnp.asarray(targets[part]),
-            mask=jnp.asarray(mask[part]),
-        )
-        positions = batch_positions(
-            cfg, batch_size=ev.batch_size, length=length, key=jax.random.fold_in(key, g)
-        )
-        (ls, cs, ns), _, _ = _split_sums(model, batch, positions, chunk)
-        loss_sum += np.asarray(ls, np.float64)[:length]
-        correct += np.asarray(cs, np.float64)[:length]
-        count += np.asarray(ns, np.float64)[:length]
-    return {
-        "loss_sum": loss_sum,
-        "correct": correct,
-        "count": count,
-        "exact_match": math.nan,  # a window of text has no single answer
-        "sequences_per_forward": chunk,
-    }
-
-
-def _metric_row(loss_sum: float, correct: float, count: float) -> dict[str, float]:
-    loss = loss_sum / count if count else math.nan
-    return {
-        "loss": loss,
-        "perplexity": math.exp(min(loss, 700.0)) if count else math.nan,
-        "accuracy": correct / count if count else math.nan,
-    }
-
-
+# 4. The rows.
 def rows_for_length(
     sums: dict, length: int, buckets: int, base: dict
 ) -> list[dict[str, float | int | str | None]]:
@@ -242,89 +366,16 @@ def rows_for_length(
     return rows
 
 
-def model_at_length(
-    model: Transformer, cfg: TrialConfig, scaling: Scaling, length: int
-) -> Transformer:
-    """`model` as evaluated under `scaling` at `length`: RoPE frequencies recomputed for the
-    method at `length` (dynamic depends on it); `NO_SCALING` as is; `TEMPERATURE` the model as
-    trained (`scalings_for(cfg)[0]` at `length`) with every attention logit times
-    `log_length_temperature(length, L_train)`, which is 1, the model as trained, up to L_train."""
-    if scaling.method == TEMPERATURE:
-        trained = model_at_length(model, cfg, scalings_for(cfg)[0], length)
-        return with_temperature(trained, log_length_temperature(length, cfg.train.length))
-    if scaling.method == NO_SCALING:
-        return model
-    return with_scaling(model, scaling.method, scaling.factor, thaw(scaling.params), seq_len=length)
+def _metric_row(loss_sum: float, correct: float, count: float) -> dict[str, float]:
+    loss = loss_sum / count if count else math.nan
+    return {
+        "loss": loss,
+        "perplexity": math.exp(min(loss, 700.0)) if count else math.nan,
+        "accuracy": correct / count if count else math.nan,
+    }
 
 
-def evaluate_model(
-    model: Transformer,
-    task: Task,
-    cfg: TrialConfig,
-    *,
-    step: int,
-    scalings: Iterable[Scaling] | None = None,
-    finetune_steps: int = 0,
-    lengths: Sequence[int] | None = None,
-) -> list[dict]:
-    """Eval rows for each scaling and length. The same data key for every scaling, so methods are
-    compared on identical batches. The model is rebuilt per length (`model_at_length`)."""
-    lengths = cfg.eval_lengths if lengths is None else lengths
-    key = jax.random.PRNGKey(cfg.eval.seed)
-    rows: list[dict] = []
-    for scaling in scalings_for(cfg) if scalings is None else scalings:
-        base = {
-            "step": step,
-            "method": scaling.method,
-            "factor": scaling.factor,
-            "finetune_steps": finetune_steps,
-        }
-        for length in lengths:
-            scaled = model_at_length(model, cfg, scaling, length)
-            sums = evaluate_length(scaled, task, cfg, length, key=jax.random.fold_in(key, length))
-            rows.extend(rows_for_length(sums, length, cfg.eval.position_buckets, base))
-    return rows
-
-
-def finetune_and_evaluate(
-    model: Transformer,
-    task: Task,
-    cfg: TrialConfig,
-    *,
-    step: int,
-    scalings: Iterable[Scaling] | None = None,
-) -> list[dict]:
-    """For each (method, factor) of a RoPE model (default: `finetune_scalings`, those of the
-    eval config chosen for fine-tuning): fine-tune `eval.finetune_steps` steps at factor x
-    L_train with that scaling, then evaluate at every length. Empty when finetune_steps is 0 or
-    the model is not RoPE; scalings not chosen (`scaling_plan.fine_tuned`: zero-shot only, like
-    the temperature, or outside `eval.finetune_methods` / `finetune_factors`) are skipped."""
-    ev = cfg.eval
-    if ev.finetune_steps <= 0 or not cfg.model.supports_scaling:
-        return []
-    rows: list[dict] = []
-    todo = (
-        finetune_scalings(cfg) if scalings is None else [s for s in scalings if fine_tuned(cfg, s)]
-    )
-    for scaling in todo:
-        target = round(scaling.factor * cfg.train.length)
-        scaled = with_scaling(
-            model, scaling.method, scaling.factor, thaw(scaling.params), seq_len=target
-        )
-        tuned = train(
-            cfg,
-            model=scaled,
-            length=target,
-            steps=ev.finetune_steps,
-            lr=ev.finetune_lr,
-            data_seed=cfg.train.seed + 10_000,
-        )
-        rows += evaluate_model(
-            tuned.model, task, cfg, step=step, scalings=[scaling], finetune_steps=ev.finetune_steps
-        )
-    return rows
-
-
+# A trial's rows summarised.
 def extrapolation_summary(rows: Sequence[dict], train_length: int, threshold: float) -> list[dict]:
     """`rope_lab.analysis.query.extrapolation_summary` of one trial's eval rows, as dicts in the
     rows'
