@@ -45,7 +45,7 @@ class FamilyStyle(NamedTuple):
 def family_style(curve: Curve) -> FamilyStyle:
     """Legend rank and hue of ``curve``'s family, from the registries: a PE kind as trained has
     its encoding's ``order`` and ``color``; a scaling applied at evaluation ranks after every
-    kind, by its method's ``order``, then by the rotary kind's ``order``, in its method's
+    kind, by its method's ``order`` (then by family name), in its method's
     light -> dark ``colors`` (for the first rotary kind) or those colours moved towards the
     kind's ``color`` (for every other rotary kind, so two encodings under one method differ);
     the log-length temperature of any kind ranks after those, by the kind's ``order``, in the
@@ -54,23 +54,20 @@ def family_style(curve: Curve) -> FamilyStyle:
     colours come from."""
     kinds, methods = POSITIONS.names(), SCALINGS.names()
     rotary = [k for k in kinds if POSITIONS[k].supports_scaling]
-    scaled_ranks = len(methods) * max(len(rotary), 1)
-    last = FamilyStyle(2 * len(kinds) + scaled_ranks, None)
+    last = FamilyStyle(2 * len(kinds) + len(methods), None)
     if curve.kind is None or curve.kind not in POSITIONS:
         return last
     encoding = POSITIONS[curve.kind]
     if curve.method is None:
         return FamilyStyle(kinds.index(curve.kind), (encoding.color, encoding.color))
     if curve.temperature:
-        rank = len(kinds) + scaled_ranks + kinds.index(curve.kind)
+        rank = len(kinds) + len(methods) + kinds.index(curve.kind)
         return FamilyStyle(rank, (encoding.color, encoding.color))
     if curve.kind in rotary and curve.method in SCALINGS:
-        j = rotary.index(curve.kind)
-        rank = len(kinds) + methods.index(curve.method) * len(rotary) + j
         light, dark = SCALINGS[curve.method].colors
-        if j:
+        if rotary.index(curve.kind):
             light, dark = (to_hex(_mix(c, encoding.color, ROTARY_MIX)) for c in (light, dark))
-        return FamilyStyle(rank, (light, dark))
+        return FamilyStyle(len(kinds) + methods.index(curve.method), (light, dark))
     return last
 
 
