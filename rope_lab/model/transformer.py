@@ -38,6 +38,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from rope_lab.config import LayerConfig, ModelConfig
 from rope_lab.model.attention import attend, visible_keys
+from rope_lab.model.layers import MLP, Linear, Norm, fused_linear, make_linear
 from rope_lab.model.positions import Frozen, PositionEncoding, make_position_encoding
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -45,81 +46,6 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # many (compile time stays flat with depth; fully unrolled is ~8% faster per step at depth 4).
 MAX_UNROLL = 8
 DEFAULT_LAYER = LayerConfig()  # full causal attention, the model-wide encoding
-
-
-class Linear(eqx.Module):
-    """y = multiplier * x @ W.T, no bias; W has shape (out, in)."""
-
-    weight: Float[Array, "out in"]
-    multiplier: float = eqx.field(static=True)
-
-    def __init__(self, fan_in: int, fan_out: int, *, init_std: float, multiplier: float, key):
-        self.weight = init_std * jax.random.normal(key, (fan_out, fan_in))
-        self.multiplier = multiplier
-
-    def __call__(self, x: Float[Array, "... in"]) -> Float[Array, "... out"]:
-        """Apply to the last axis."""
-        y = dense(x, self.weight.astype(x.dtype))
-        return y * self.multiplier if self.multiplier != 1.0 else y
-
-
-def dense(x: Float[Array, "... in"], weight: Float[Array, "out in"]) -> Float[Array, "... out"]:
-    """x @ weight.T as one 2-D matmul over the leading axes of x collapsed into one.
-
-    With one collapsed token axis the weight gradient contracts a single axis; with separate
-    (batch, length) axes XLA:CPU first copies the output cotangent into a transposed layout.
-    """
-    y = x.reshape(-1, x.shape[-1]) @ weight.T
-    return y.reshape(*x.shape[:-1], weight.shape[0])
-
-
-def fused_linear(x: Float[Array, "... in"], *layers: Linear) -> list[Float[Array, "... out_i"]]:
-    """The outputs of several Linears of the same input (..., in), from one matmul.
-
-    Weights (out_i, in) are concatenated to (sum out_i, in) at call time, so the parameters stay
-    separate leaves; each output (..., out_i) gets its own layer's multiplier.
-    """
-    weight = jnp.concatenate([layer.weight for layer in layers]).astype(x.dtype)
-    y = dense(x, weight)
-    # lax.split, not slicing: its transpose is one concatenate, where slices transpose to a
-    # zero-padded copy of the whole output per part, summed.
-    parts = jax.lax.split(y, [layer.weight.shape[0] for layer in layers], axis=y.ndim - 1)
-    return [
-        part * layer.multiplier if layer.multiplier != 1.0 else part
-        for part, layer in zip(parts, layers, strict=True)
-    ]
-
-
-def _linear(cfg: ModelConfig, fan_in: int, fan_out: int, key, *, readout: bool = False) -> Linear:
-    if cfg.parametrization == "ntk":
-        return Linear(fan_in, fan_out, init_std=1.0, multiplier=fan_in**-0.5, key=key)
-    if cfg.parametrization == "mup" and readout:
-        return Linear(fan_in, fan_out, init_std=0.0, multiplier=1.0, key=key)
-    return Linear(fan_in, fan_out, init_std=fan_in**-0.5, multiplier=1.0, key=key)
-
-
-class Norm(eqx.Module):
-    """LayerNorm (with bias) or RMSNorm over the last axis."""
-
-    weight: Float[Array, " D"]
-    bias: Float[Array, " D"] | None
-    eps: float = eqx.field(static=True, default=1e-5)
-
-    def __init__(self, width: int, kind: str):
-        self.weight = jnp.ones((width,))
-        self.bias = jnp.zeros((width,)) if kind == "layernorm" else None
-
-    def __call__(self, x: Float[Array, "L D"]) -> Float[Array, "L D"]:
-        """Normalise in float32, return in x's dtype."""
-        h = x.astype(jnp.float32)
-        if self.bias is not None:
-            h = h - h.mean(-1, keepdims=True)
-        h = h * jax.lax.rsqrt((h * h).mean(-1, keepdims=True) + self.eps)
-        lead = (1,) * (h.ndim - 1)
-        h = h * self.weight.reshape(*lead, -1)
-        if self.bias is not None:
-            h = h + self.bias.reshape(*lead, -1)
-        return h.astype(x.dtype)
 
 
 class Attention(eqx.Module):
@@ -138,10 +64,10 @@ class Attention(eqx.Module):
 
     def __init__(self, cfg: ModelConfig, *, train_length: int, key: PRNGKeyArray):
         kq, kk, kv, ko = jax.random.split(key, 4)
-        self.q = _linear(cfg, cfg.width, cfg.width, kq)
-        self.k = _linear(cfg, cfg.width, cfg.width, kk)
-        self.v = _linear(cfg, cfg.width, cfg.width, kv)
-        self.o = _linear(cfg, cfg.width, cfg.width, ko)
+        self.q = make_linear(cfg, cfg.width, cfg.width, kq)
+        self.k = make_linear(cfg, cfg.width, cfg.width, kk)
+        self.v = make_linear(cfg, cfg.width, cfg.width, kv)
+        self.o = make_linear(cfg, cfg.width, cfg.width, ko)
         s0 = 1.0 / math.log(max(train_length, 2))
         self.ssmax = jnp.full((cfg.n_heads,), s0, jnp.float32) if cfg.scalable_softmax else None
         self.heads = cfg.n_heads
@@ -250,27 +176,6 @@ class Attention(eqx.Module):
         return self.o(out.reshape(*out.shape[:-2], -1))
 
 
-class MLP(eqx.Module):
-    """GELU MLP or SwiGLU."""
-
-    up: Linear
-    down: Linear
-    gate: Linear | None
-
-    def __init__(self, cfg: ModelConfig, *, key: PRNGKeyArray):
-        ku, kd, kg = jax.random.split(key, 3)
-        self.up = _linear(cfg, cfg.width, cfg.d_mlp, ku)
-        self.down = _linear(cfg, cfg.d_mlp, cfg.width, kd)
-        self.gate = _linear(cfg, cfg.width, cfg.d_mlp, kg) if cfg.mlp == "swiglu" else None
-
-    def __call__(self, x: Float[Array, "*B L D"]) -> Float[Array, "*B L D"]:
-        """Position-wise feed-forward."""
-        if self.gate is None:
-            return self.down(jax.nn.gelu(self.up(x)))
-        gate, up = fused_linear(x, self.gate, self.up)
-        return self.down(jax.nn.silu(gate) * up)
-
-
 class Block(eqx.Module):
     """Pre-norm residual block: x + attn(norm(x)), then x + mlp(norm(x))."""
 
@@ -347,7 +252,7 @@ class Transformer(eqx.Module):
             jax.random.split(kb, cfg.depth)
         )
         self.final_norm = Norm(cfg.width, cfg.norm)
-        self.head = _linear(cfg, cfg.width, vocab_size, kh, readout=True)
+        self.head = make_linear(cfg, cfg.width, vocab_size, kh, readout=True)
         self.config = cfg
         self.train_length = train_length
 

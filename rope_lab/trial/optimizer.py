@@ -17,7 +17,8 @@ import jax
 import optax
 
 from rope_lab.config import TrainConfig
-from rope_lab.model.transformer import Linear, Transformer, trainable
+from rope_lab.model.layers import Linear
+from rope_lab.model.transformer import Transformer, trainable
 
 
 def lr_schedule(cfg: TrainConfig, lr: float | None = None) -> optax.Schedule:
