@@ -391,13 +391,10 @@ def _golden() -> dict[str, Any]:
 
 GOLDEN_CASES = _golden()["cases"]
 # Registered scalings that transformers does not implement, so the golden file (written by
-# tests/fixtures/make_hf_rope_golden.py) has no case of them: kind -> why. Every other registered
-# scaling must have golden cases, a new one included: it fails below until it has them or is
-# declared here (its closed form is then pinned by its own tests only).
-NOT_IN_HF = {
-    "ntk": "static NTK-aware base change theta * factor ** (d / (d - 2)); transformers has only "
-    "its dynamic form ('dynamic', golden cases below) and 'yarn'",
-}
+# tests/fixtures/make_hf_rope_golden.py) has no case of them: kind -> why, declared by each
+# scaling (`Scaling.not_in_hf`). Every other registered scaling must have golden cases, a new
+# one included (its closed form is otherwise pinned by its own tests only).
+NOT_IN_HF = {k: SCALINGS[k].not_in_hf for k in SCALINGS.names() if SCALINGS[k].not_in_hf}
 MIN_GOLDEN_CASES = 5  # per HF scaling: several dims, thetas, factors and lengths
 
 
@@ -407,7 +404,7 @@ def test_golden_file_is_substantial() -> None:
     assert len(data["cases"]) >= 60
     kinds = {c["kind"] for c in data["cases"]} | {c["kind"] for c in data["apply"]}
     assert kinds <= set(SCALINGS.names()), "golden cases of a kind that is not registered"
-    assert set(NOT_IN_HF) <= set(SCALINGS.names())
+    assert set(NOT_IN_HF) == {"ntk"}  # the one transformers lacks today
 
 
 @pytest.mark.parametrize("kind", SCALINGS.names())
@@ -418,7 +415,7 @@ def test_every_registered_scaling_has_hf_golden_cases_or_is_not_in_hf(kind: str)
     else:
         assert len(cases) >= MIN_GOLDEN_CASES, (
             f"{kind!r} has {len(cases)} HF golden cases: add cases to "
-            "tests/fixtures/make_hf_rope_golden.py, or declare it in NOT_IN_HF with the reason"
+            "tests/fixtures/make_hf_rope_golden.py, or declare why not (Scaling.not_in_hf)"
         )
 
 

@@ -79,6 +79,9 @@ class Scaling:
     min_rotary_dim_why: ClassVar[str] = ""
     order: ClassVar[int]
     colors: ClassVar[tuple[str, str]]  # (light, dark) shades for plots
+    # why Hugging Face transformers has no such rope_type ("": it has one, and the golden
+    # cases of tests/fixtures/make_hf_rope_golden.py must cover it)
+    not_in_hf: ClassVar[str] = ""
 
     def check(
         self, rotary_dim: int, *, theta: float, factor: float, original_length: int | None

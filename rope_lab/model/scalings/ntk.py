@@ -25,6 +25,10 @@ class NTK(Scaling):
     min_rotary_dim_why = NTK_MIN_DIM_WHY
     order = 2
     colors = ("#c6b3e6", "#54278f")
+    not_in_hf = (
+        "static NTK-aware base change theta * factor ** (d / (d - 2)); transformers has only "
+        "its dynamic form ('dynamic') and 'yarn'"
+    )
 
     def inv_freq(
         self,
