@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import polars as pl
+import pytest
 
 from rope_lab.analysis.curve_labels import label_expr
 from rope_lab.config import TrialConfig, replace, validate
+from rope_lab.registry import POSITIONS
 from rope_lab.results.columns import flatten_config
 from tests.helpers import tiny_trial
 
@@ -71,3 +75,25 @@ def test_text_protocols_name_themselves() -> None:
         "alibi (sliding windows, stride 4)",
         "alibi (sliding windows, stride 16)",  # the default stride: train.length
     ]
+
+
+# Fields of the rotary family that name a training-time scaling ("rope (linear x2)"), not a
+# variant of the encoding (labels of trained scalings: tests/analysis/plots/test_curves.py).
+TRAINED_SCALING = ("scaling", "factor", "params")
+
+
+def off_default(field: dataclasses.Field) -> int | float:
+    """A valid value off a numeric field's default (half of it)."""
+    value = field.default
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        pytest.fail(f"no off-default value for field {field.name}={value!r}: extend off_default")
+    return value / 2 if isinstance(value, float) else value // 2
+
+
+@pytest.mark.parametrize("kind", POSITIONS.names())
+def test_every_field_of_every_encoding_off_its_default_names_itself(kind: str) -> None:
+    """Every registered encoding, each of its own fields set off its default in turn."""
+    fields = [f for f in dataclasses.fields(POSITIONS[kind]) if f.name not in TRAINED_SCALING]
+    changes = [{f"model.position.{kind}.{f.name}": off_default(f)} for f in fields]
+    labels = _labels([_trial(kind)] + [_trial(kind, **c) for c in changes])
+    assert labels == [kind] + [f"{kind} {f.name} {off_default(f):g}" for f in fields]

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from rope_lab.model import rope
 from rope_lab.registry import SCALINGS
+from tests.model.scalings.test_registry import EXAMPLE_PARAMS
 
 GOLDEN = Path(__file__).parents[1] / "fixtures" / "hf_rope_golden.json"
 # float32 outputs vs float64 closed forms: HF rounds 2i/d to float32 (relative error up to
@@ -351,10 +352,12 @@ def test_kinds_are_the_registered_methods() -> None:
         }
         for kind in rope.ROPE_KINDS
     }
+    # a method with required parameters gives the shared scaling tests an example of each
     assert {k: v for k, v in required.items() if v} == {
-        "llama3": {"low_freq_factor", "high_freq_factor"},
-        "longrope": {"short_factor", "long_factor"},
+        k: set(v) for k, v in EXAMPLE_PARAMS.items()
     }
+    assert required["llama3"] == {"low_freq_factor", "high_freq_factor"}
+    assert required["longrope"] == {"short_factor", "long_factor"}
     for kind, names in required.items():
         for name in names:
             with pytest.raises(ValueError, match=f"parameter {name} is required for kind '{kind}'"):

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rope_lab.analysis.claims import bootstrap, decide
+from rope_lab.analysis.claims import bootstrap, decide, judge
 from rope_lab.analysis.claims.base import judge_arms, per_seed
 from rope_lab.registry import CLAIMS
 from tests.analysis.claims.common import evidence, trial_rows
@@ -140,3 +140,27 @@ def test_the_verdict_is_decided_on_the_reported_95_percent_interval() -> None:
     assert judged(high - eps, "<") == "inconclusive"
     assert judged(low - eps, "<") == "fails"
     assert judged(low + eps, "<") == "inconclusive"
+
+
+@pytest.fixture(scope="module")
+def one_encoding() -> object:
+    """ALiBi alone, two seeds, at 1x and 2x: what most claims lack an arm for."""
+    rows = [r for s in (0, 1) for r in trial_rows("alibi", s, {1: 1.0 + 0.01 * s, 2: 1.1})]
+    return evidence(rows)
+
+
+@pytest.mark.parametrize("name", CLAIMS.names())
+def test_every_claim_gives_named_verdicts_and_says_what_it_lacks(name: str, one_encoding) -> None:
+    """Every registered claim: a statement and a source, and on runs that lack some of its arms
+    verdicts under its own name, each holds / fails / inconclusive, an inconclusive one with the
+    reason, an effect inside its interval."""
+    meta = CLAIMS[name]
+    assert meta.name == name and meta.statement and meta.source
+    verdicts = judge(one_encoding, [name])
+    assert verdicts
+    for v in verdicts:
+        assert v.claim == name and v.source == meta.source and v.statement  # per scope
+        assert v.verdict in ("holds", "fails", "inconclusive")
+        assert v.verdict != "inconclusive" or v.reason, v
+        if v.effect is not None and v.ci_low is not None and v.ci_high is not None:
+            assert v.ci_low <= v.effect <= v.ci_high, v

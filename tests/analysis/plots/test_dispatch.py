@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
+from typing import Any
 
 import pytest
 from matplotlib.figure import Figure
 
 from rope_lab.analysis import plots
 from rope_lab.analysis import query as q
+from rope_lab.analysis.plots.options import keyword_options
 from rope_lab.cli import main
 from tests.analysis.plots.synthetic import png_ok
 
@@ -19,6 +22,23 @@ def test_every_kind_renders_a_png(rendered: dict[str, tuple[Figure, Path]], kind
     assert isinstance(fig, Figure)
     png_ok(path)
     assert fig.get_suptitle()
+
+
+@pytest.mark.parametrize("kind", plots.KINDS)
+def test_every_kind_is_a_documented_function_of_source_options_and_out(kind: str) -> None:
+    """What `plot`, `rope-lab plot --help` and `--set` read of a registered kind: a one-line
+    help (its docstring's first line), `source` first, then keyword-only options, each with a
+    default and an annotation that resolves (`--set` checks values against it), and `out`
+    (None: nothing written)."""
+    func = plots.plot_function(kind)
+    assert plots.kind_help(kind)
+    params = inspect.signature(func).parameters
+    assert next(iter(params)) == "source"
+    assert params["out"].kind is inspect.Parameter.KEYWORD_ONLY and params["out"].default is None
+    for name, (param, hint) in keyword_options(func).items():
+        assert param.kind is inspect.Parameter.KEYWORD_ONLY, name
+        assert param.default is not inspect.Parameter.empty, name
+        assert hint is not Any, f"option {name!r} has no annotation that resolves"
 
 
 def test_dispatcher_errors(store: Path) -> None:
