@@ -24,7 +24,8 @@ from rope_lab.model.transformer import trainable, with_scaling
 from rope_lab.ntk import kernels as ntk
 from rope_lab.ntk.plan import measures_under
 from rope_lab.ntk.tracking import ProbeSets, tracking_hook
-from rope_lab.registry import NTK_METRICS
+from rope_lab.registry import NTK_METRICS, POSITIONS
+from rope_lab.registry import SCALINGS as SCALING_METHODS
 from rope_lab.trial.hooks import StepState
 from rope_lab.trial.scaling_plan import scalings_for
 from rope_lab.trial.train import make_model, make_task_from
@@ -34,7 +35,18 @@ from tests.ntk.test_kernels import brute_groups, logit_jacobian, output_jacobian
 L, LONG, STEPS = 8, 16, (0, 2, 6)
 TOTAL = "total"
 ALL_GROUPS = (TOTAL, *ntk.GROUPS)
-SCALINGS = ("linear", "dynamic")
+
+
+def first_scaling(length_dependent: bool) -> str:
+    """The first registered scaling method with a factor whose frequencies do (or do not)
+    depend on the sequence length."""
+    methods = SCALING_METHODS.items()
+    return next(k for k, c in methods if c.uses_factor and c.length_dependent is length_dependent)
+
+
+# The eval scalings whose NTK rows are checked, one with fixed frequencies and one rebuilt at
+# each probe length: the tracker applies every method alike, only that step differs.
+SCALINGS = (first_scaling(False), first_scaling(True))
 TRIALS = {  # name: (position kind, config changes)
     "rope-random": ("rope", {"ntk.output": "random"}),
     "learned-target-padded": ("learned", {"ntk.output": "target", "ntk.pad_to_longest": True}),
@@ -367,7 +379,7 @@ def expected_keys(run: Run) -> set[tuple]:
             add(step, length, [TOTAL], (*cross, "tail_cos_mean", "head_cos_mean"))
         if step in (STEPS[0], STEPS[-1]):
             add(step, L, ALL_GROUPS, ["shift_invariance_error"])
-    if cfg.model.position.kind == "rope":
+    if POSITIONS[cfg.model.position.kind].supports_scaling:
         scaled = ("k_cross_cos_mean", "cross_train_cos_ratio", "cross_train_ratio", "tail_cos_mean")
         for method in cfg.eval.methods:
             for factor in cfg.eval.factors:
