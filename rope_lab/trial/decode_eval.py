@@ -39,7 +39,7 @@ def answer_length(mask: np.ndarray) -> int:
     if m == 0 or not (mask == want).all():
         raise ValueError(
             "decode evaluation needs each sequence's scored targets to be one answer at its "
-            "end, the same length in every sequence (passkey, copy)"
+            "end, the same length in every sequence (the tasks with answer_at_end)"
         )
     return m
 
