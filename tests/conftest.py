@@ -29,3 +29,22 @@ def pytest_sessionstart(session):
 def key():
     """A fixed PRNG key."""
     return jax.random.PRNGKey(0)
+
+
+MAPS_BEFORE_CLEARING = 30_000  # Linux allows 65530 memory maps per process by default
+
+
+@pytest.fixture(autouse=True)
+def drop_compiled_programs_near_the_map_limit():
+    """XLA:CPU keeps each compiled program's machine code mapped (hundreds to thousands of
+    memory maps per test); a worker process that runs hundreds of tests passes Linux's 65530
+    maps and XLA's compiler aborts. Past MAPS_BEFORE_CLEARING maps, the test's process drops
+    JAX's compiled programs after the test."""
+    yield
+    try:
+        with open("/proc/self/maps", "rb") as maps:
+            count = sum(1 for _ in maps)
+    except OSError:  # not Linux
+        return
+    if count > MAPS_BEFORE_CLEARING:
+        jax.clear_caches()
