@@ -51,6 +51,7 @@ from rope_lab.typed import (
     Params,
     freeze,
     from_dict,
+    params_field,
     replace,
     thaw,
     to_dict,
@@ -64,7 +65,7 @@ class TaskConfig:
 
     name: str = "passkey"
     vocab_size: int = 32
-    params: Params = ()
+    params: Params = params_field(TASKS, "name")
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,50 @@ def variant_field(registry: Registry, tag: str) -> Any:
     return dataclasses.field(default=None, metadata={"registry": registry, "tag": tag})
 
 
+def params_field(registry: Registry, tag: str | None = None, default: Params = ()) -> Any:
+    """A `Params` field whose keys are the fields of a registered variant's dataclass.
+
+    With `tag`, the variant is the one a sibling field names (`task.params` holds the fields of
+    the task `task.name` names); with `tag=None` the mapping is keyed by variant names, each
+    holding that variant's fields (`eval.method_params.llama3.low_freq_factor`). Keys and value
+    types are checked against the variant's fields when a config is loaded (`from_dict`), naming
+    the key path and the allowed keys; the given values are stored as they were written (only
+    the given keys: what a variant requires is its own check), so ids hashed from them stay
+    stable.
+    """
+    return dataclasses.field(default=default, metadata={"params_of": registry, "tag": tag})
+
+
+def check_params(variant: type, data: Mapping[str, Any], path: str) -> Params:
+    """`data` as `Params` after checking each key is an init field of the dataclass `variant`
+    and each value has that field's type; ConfigError naming the key path otherwise."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: expected a mapping of parameters, got {data!r}")
+    hints = typing.get_type_hints(variant)
+    allowed = [f.name for f in dataclasses.fields(variant) if f.init]
+    for key, value in data.items():
+        if key not in allowed:
+            raise ConfigError(unknown_key_message(str(key), allowed, _join(path, str(key))))
+        _coerce(value, hints[key], _join(path, str(key)))
+    return freeze(data)
+
+
+def _check_params_field(f: dataclasses.Field, value: Any, data: Mapping, path: str) -> Params:
+    """A `params_field`'s mapping checked against the variant(s) it belongs to."""
+    registry, tag = f.metadata["params_of"], f.metadata["tag"]
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{path}: expected a mapping of parameters, got {value!r}")
+    if tag is not None:
+        chosen = data[tag]
+        if not isinstance(chosen, str) or chosen not in registry:
+            return freeze(value)  # the tag's own check names the bad variant
+        return check_params(registry[chosen], value, path)
+    for name, sub in value.items():
+        variant = variant_class(registry, str(name), _join(path, str(name)))
+        check_params(variant, sub, _join(path, str(name)))
+    return freeze(value)
+
+
 def dotted_fields(cls: type, prefix: str = "") -> dict[str, Any]:
     """Every leaf field of a config dataclass as dotted path -> type hint, in declaration order.
 
@@ -237,13 +281,26 @@ def from_dict(cls: type[T], data: Mapping[str, Any], path: str = "") -> T:
             variant = from_dict(registry[name], value or {}, name_path)
             if name == chosen:
                 kwargs[f.name] = variant
+    by_name = {f.name: f for f in fields}
     for key, value in data.items():
         key_path = _join(path, str(key))
         if key not in names:
             raise ConfigError(unknown_key_message(str(key), names, key_path))
         if key in hints:
             kwargs[key] = _coerce(value, hints[key], key_path)
+            if "params_of" in by_name[key].metadata:
+                tag = by_name[key].metadata["tag"]
+                siblings = {tag: data.get(tag, _field_default(by_name[tag]))} if tag else {}
+                kwargs[key] = _check_params_field(by_name[key], value, siblings, key_path)
     return cls(**kwargs)
+
+
+def _field_default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
 
 
 def _join(path: str, key: str) -> str:

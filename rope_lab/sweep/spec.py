@@ -215,12 +215,23 @@ def _check_key(key: Any, section: str) -> str:
 
 
 def _coerce(key: str, value: Any, section: str) -> Any:
-    """`value` coerced and type-checked like the TrialConfig field `key`, as plain data."""
+    """`value` coerced and type-checked like the TrialConfig field `key`, as plain data.
+
+    Parameters (`task.params`, ...) are checked against their variant when each expanded trial
+    is validated: the variant (the task, say) may be set by another axis."""
+    if _in_params(key):
+        return value
     data = nest(key, value)
     if (tag := variant_tag(key)) is not None:  # e.g. model.position.kind for a RoPE field
         set_dotted(data, *tag)
     cfg = from_dict(TrialConfig, data, section)
     return lookup(to_dict(cfg), key)
+
+
+def _in_params(key: str) -> bool:
+    """Whether `key` is a `Params` field of TrialConfig or a key inside one."""
+    fields = dotted_fields(TrialConfig)
+    return any(tp == Params and (key == p or key.startswith(f"{p}.")) for p, tp in fields.items())
 
 
 def _values(key: str, values: Any, section: str) -> tuple[list, list]:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rope_lab.typed import ConfigError, Params, check_positive, thaw
+from rope_lab.registry import SCALINGS
+from rope_lab.typed import ConfigError, Params, check_positive, params_field, thaw
 
 if TYPE_CHECKING:
     from rope_lab.config import TrialConfig
@@ -92,7 +93,9 @@ class EvalConfig:
     position_buckets: int = 8
     methods: tuple[str, ...] = ("linear", "ntk", "dynamic", "yarn", "llama3")
     factors: tuple[float, ...] = (2.0, 4.0)
-    method_params: Params = (("llama3", (("high_freq_factor", 4.0), ("low_freq_factor", 1.0))),)
+    method_params: Params = params_field(
+        SCALINGS, default=(("llama3", (("high_freq_factor", 4.0), ("low_freq_factor", 1.0))),)
+    )
     finetune_steps: int = 0
     finetune_lr: float = 1e-3
     finetune_methods: tuple[str, ...] = ()

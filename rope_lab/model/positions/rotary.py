@@ -20,8 +20,8 @@ from jaxtyping import Array
 
 from rope_lab.model import rope
 from rope_lab.model.positions.base import EncodingConfig, Frozen, PositionEncoding, known_scaling
-from rope_lab.registry import POSITIONS
-from rope_lab.typed import ConfigError, Params, thaw
+from rope_lab.registry import POSITIONS, SCALINGS
+from rope_lab.typed import ConfigError, Params, params_field, thaw
 
 if TYPE_CHECKING:
     from rope_lab.config import ModelConfig
@@ -61,7 +61,7 @@ class RotaryConfig(EncodingConfig):
     rotary_fraction: float = 1.0
     scaling: str = "default"
     factor: float = 1.0
-    params: Params = ()
+    params: Params = params_field(SCALINGS, "scaling")
 
     hooks = frozenset({"rotate"})
     family = "relative"
