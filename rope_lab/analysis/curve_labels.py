@@ -28,6 +28,7 @@ TEMPERATURE_LABEL: Final = "log-length temperature"  # what a temperature row's 
 LAYERS: Final = "model.layers"
 SSMAX: Final = "model.scalable_softmax"
 POSE: Final = "train.pose_target_length"
+REGIME: Final = "train.regime"  # "lazy": the linearised twin of the network
 RANDOMIZED: Final = "model.position.randomized"
 PROTOCOL: Final = "eval.text_protocol"
 STRIDE: Final = "eval.text_stride"
@@ -116,7 +117,8 @@ def variant_expr(columns: Sequence[str], *, protocol: bool = True) -> pl.Expr:
     """The PE kind and what else decides how positions enter: its fields that differ from their
     defaults (``"rope rotary_fraction 0.25"``), randomised positions (``" +randomized"``), a
     layer layout (``"rope [rope.w16 | none]"``), Scalable-Softmax (``" +SSMax"``), PoSE
-    (``" +PoSE 256"``), and (with ``protocol``) a text protocol other than random windows.
+    (``" +PoSE 256"``), the linearised twin (``" +lazy"``, `train.regime`), and (with
+    ``protocol``) a text protocol other than random windows.
     Trials that differ only there get distinct labels, so their curves are never pooled."""
     out = pl.concat_str([pl.col(KIND).fill_null("?"), _options_expr(columns)])
     if RANDOMIZED in columns:
@@ -139,6 +141,9 @@ def variant_expr(columns: Sequence[str], *, protocol: bool = True) -> pl.Expr:
     if POSE in columns:
         pose = pl.concat_str([pl.lit(" +PoSE "), pl.col(POSE).cast(pl.String)])
         out = pl.concat_str([out, pose.fill_null("")])
+    if REGIME in columns:
+        lazy = pl.when(pl.col(REGIME).fill_null("rich") == "lazy").then(pl.lit(" +lazy"))
+        out = pl.concat_str([out, lazy.otherwise(pl.lit(""))])
     if protocol and PROTOCOL in columns:
         out = pl.concat_str([out, protocol_expr(columns)])
     return out

@@ -77,6 +77,19 @@ def test_text_protocols_name_themselves() -> None:
     ]
 
 
+def test_the_linearised_twin_names_itself() -> None:
+    """A lazy trial (`train.regime`) is its own variant; rows written before the field exist
+    read as the network (rich)."""
+    base = {**flatten_config(_trial("learned")), "method": "none", "factor": 1.0}
+    rows = [{**base, "train.regime": r} for r in ("rich", "lazy", None)]
+    frame = pl.DataFrame(rows, infer_schema_length=None)
+    assert frame.select(label_expr(frame.columns))["label"].to_list() == [
+        "learned",
+        "learned +lazy",
+        "learned",
+    ]
+
+
 # Fields of the rotary family that name a training-time scaling ("rope (linear x2)"), not a
 # variant of the encoding (labels of trained scalings: tests/analysis/plots/test_curves.py).
 TRAINED_SCALING = ("scaling", "factor", "params")
