@@ -26,18 +26,24 @@ SHIFT_TOLERANCE = 0.01
 TAIL_RATIO = 4.0
 
 
-def _ntk_metric(ev: Evidence, task: str, metric: str) -> pl.DataFrame:
+def ntk_metric(ev: Evidence, task: str, metric: str, kernel: str | None = "ntk") -> pl.DataFrame:
+    """NTK-table rows of ``metric`` for ``task``: whole-model group, as trained, of ``kernel``
+    (the table's ``kernel`` column, ``ntk`` where absent; None: every kernel)."""
     if ev.ntk.is_empty():
         return pl.DataFrame()
-    return ev.ntk.filter(
+    rows = ev.ntk.filter(
         (pl.col("task") == task)
         & (pl.col("metric") == metric)
         & (pl.col("group") == "total")
         & pl.col("trained")
     )
+    if kernel is not None and "kernel" in rows.columns:
+        rows = rows.filter(pl.col("kernel").fill_null("ntk") == kernel)
+    return rows
 
 
-def _ntk_tasks(ev: Evidence) -> list[str]:
+def ntk_tasks(ev: Evidence) -> list[str]:
+    """Tasks with NTK rows, sorted."""
     if ev.ntk.is_empty():
         return []
     return sorted(ev.ntk.get_column("task").unique().drop_nulls().to_list())
@@ -56,8 +62,8 @@ def _ntk_tasks(ev: Evidence) -> list[str]:
 def tail_kernel_collapse(ev: Evidence, meta: Claim) -> list[Verdict]:
     """Changes of ``tail_cos_mean`` at the 4x probe from step 0 to the last step."""
     out = []
-    for task in _ntk_tasks(ev) or ev.tasks():
-        rows = _ntk_metric(ev, task, "tail_cos_mean")
+    for task in ntk_tasks(ev) or ev.tasks():
+        rows = ntk_metric(ev, task, "tail_cos_mean")
         if rows.is_empty():
             out.append(missing(meta, task, "no tail_cos_mean rows (NTK tracking off?)"))
             continue
@@ -116,8 +122,8 @@ def shift_invariance(ev: Evidence, meta: Claim) -> list[Verdict]:
     """Largest error of a shift-invariant encoding below tolerance and below the smallest
     absolute one."""
     out = []
-    for task in _ntk_tasks(ev) or ev.tasks():
-        rows = _ntk_metric(ev, task, "shift_invariance_error")
+    for task in ntk_tasks(ev) or ev.tasks():
+        rows = ntk_metric(ev, task, "shift_invariance_error")
         if rows.is_empty():
             out.append(missing(meta, task, "no shift_invariance_error rows"))
             continue
@@ -156,8 +162,8 @@ def drift_falls_with_width(ev: Evidence, meta: Claim) -> list[Verdict]:
     from rope_lab.analysis.fits import drift_slope
 
     out = []
-    for task in _ntk_tasks(ev) or ev.tasks():
-        rows = _ntk_metric(ev, task, "relative_change")
+    for task in ntk_tasks(ev) or ev.tasks():
+        rows = ntk_metric(ev, task, "relative_change")
         if "model.parametrization" in rows.columns:
             rows = rows.filter(pl.col("model.parametrization") == "ntk")
         if rows.is_empty():
