@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from rope_lab.config import TrialConfig, to_dict
 from rope_lab.results import is_finished, trial_dir
 from rope_lab.runtime.allocator import worker_env
+from rope_lab.runtime.device_share import device_env
 from rope_lab.sweep.spec import Resources, SweepSpec
 from rope_lab.trial.pipeline import TRAIN_STAGE, finish_trial, read_done, run_stage, stage_dir
 from rope_lab.trial.stage_plan import eval_stages, trial_stages
@@ -82,11 +83,13 @@ class RayRunner:
             )
         # Resources go to ray.remote itself, not .options(): only then does a GPU task get a
         # fresh worker process each time, so JAX's device memory is released between trials.
+        # The environment goes with each task, so it applies on a cluster started by anyone.
         self._remote = ray.remote(
             num_cpus=resources.num_cpus,
             num_gpus=resources.num_gpus,
             max_retries=max_retries,
             retry_exceptions=False,
+            runtime_env={"env_vars": {**worker_env(), **device_env(resources.num_gpus)}},
         )(_call)
 
     def submit(self, fn: Callable[..., dict], *args: Any) -> Any:

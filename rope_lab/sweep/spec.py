@@ -50,7 +50,9 @@ MAX_TRIAL_ERRORS = 5
 
 @dataclass(frozen=True)
 class Resources:
-    """Ray resources requested by each trial."""
+    """Ray resources requested by each trial. `num_gpus` below 1 shares a device: Ray packs
+    1 / num_gpus trials on it and each JAX process preallocates only its share of the memory
+    (`rope_lab.runtime.device_share`); above 1 it must be whole devices."""
 
     num_cpus: float = 1.0
     num_gpus: float = 0.0
@@ -146,6 +148,11 @@ def parse_spec(data: Mapping, *, source: Path | None = None) -> SweepSpec:
         if getattr(top.resources, f.name) < 0:
             value = getattr(top.resources, f.name)
             errors.append(f"resources.{f.name}: must be >= 0, got {value!r}")
+    gpus = top.resources.num_gpus
+    if gpus > 1 and gpus != int(gpus):
+        errors.append(
+            f"resources.num_gpus: a share of one device (< 1) or whole devices, got {gpus!r}"
+        )
     if top.max_retries < 0:
         errors.append(f"max_retries: must be >= 0, got {top.max_retries!r}")
     rules = _parse_excludes(top.exclude, axes, broken, errors)

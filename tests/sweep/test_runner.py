@@ -156,6 +156,36 @@ def test_ray_workers_start_with_the_tuned_allocator():
     assert allocator.is_tuned({"GLIBC_TUNABLES": seen})
 
 
+def _jax_memory_settings() -> dict:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k.startswith("XLA_PYTHON_CLIENT_")}
+
+
+@pytest.mark.ray
+def test_a_task_sharing_a_device_gets_its_memory_share(monkeypatch):
+    """On a cluster started by someone else (here: this test, with one logical GPU), a trial
+    asking for a quarter of a device runs with JAX's memory fraction set to its share."""
+    import ray
+
+    from rope_lab.runtime.device_share import MEM_FRACTION, PREALLOCATE
+    from rope_lab.sweep.runner import RayRunner
+    from rope_lab.sweep.spec import Resources
+
+    monkeypatch.delenv(MEM_FRACTION, raising=False)
+    monkeypatch.delenv(PREALLOCATE, raising=False)
+    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        shared = RayRunner(Resources(num_cpus=1, num_gpus=0.25), max_retries=0)
+        _, seen_shared = shared.wait([shared.submit(_jax_memory_settings)])
+        whole = RayRunner(Resources(num_cpus=1, num_gpus=1), max_retries=0)
+        _, seen_whole = whole.wait([whole.submit(_jax_memory_settings)])
+    finally:
+        ray.shutdown()
+    assert seen_shared == {MEM_FRACTION: "0.22"}
+    assert seen_whole == {}
+
+
 class _Stream:
     """A non-TTY stream that keeps what was written."""
 

@@ -226,6 +226,10 @@ WIDTHS = {"model.position.kind": ["rope", "learned"], "model.width": [32, 64]}
         ({"scaling": {"steps": 1}}, r"scaling.steps: unknown key 'steps'"),
         ({"resources": {"num_gpus": -1}}, r"resources.num_gpus: must be >= 0, got -1"),
         ({"resources": {"gpus": 1}}, r"resources.gpus: unknown key 'gpus' .*'num_gpus'"),
+        (
+            {"resources": {"num_gpus": 1.5}},
+            r"resources.num_gpus: a share of one device \(< 1\) or whole devices, got 1.5",
+        ),
         ({"max_retries": -1}, r"max_retries: must be >= 0, got -1"),
         ({"max_retries": 1.5}, r"max_retries: expected an integer, got 1.5"),
     ],
