@@ -145,7 +145,9 @@ class Progress:
     those planned (each trial to run: its stages not finished before; a train stage that does
     not end `done` takes its trial's other stages off the plan). Active:
     stage tasks queued or running. ETA: elapsed per finished trial x trials left. Rewritten in
-    place on a TTY; otherwise printed once per finished trial."""
+    place on a TTY; otherwise printed once per finished trial, after a line per ended stage
+    (`stage_ended`), so a log piped to a file shows life before the first trial ends. `begin`
+    prints what the sweep is about to run."""
 
     def __init__(self, total: int, skipped: int, stages: int = 0, stream=None):
         self.total, self.skipped = total, skipped
@@ -167,6 +169,21 @@ class Progress:
             f"{self.skipped} skipped; {self.running} stages active; "
             f"elapsed {elapsed:.0f}s, ETA {eta}"
         )
+
+    def begin(self, name: str, runner: str, resources: Resources) -> None:
+        """Print the sweep's opening line: its trials, stages to run, runner and resources."""
+        self.stream.write(
+            f"sweep {name}: {self.total} trials ({self.skipped} finished before), "
+            f"{self.stages_total} stages to run on {runner}; each stage task asks for "
+            f"{resources.num_cpus:g} CPU, {resources.num_gpus:g} GPU\n"
+        )
+        self.stream.flush()
+
+    def stage_ended(self, trial_id: str, stage: str, status: str, seconds: float) -> None:
+        """On a stream that is not a TTY, print a line for one ended stage task."""
+        if not self.tty:
+            self.stream.write(f"  {trial_id} {stage}: {status} after {seconds:.0f}s\n")
+            self.stream.flush()
 
     def show(self) -> None:
         """Print the current line."""
@@ -211,6 +228,9 @@ def run_sweep(
             bar.close()
         return SweepSummary(run_dir, statuses, 0.0, bar.skipped)
 
+    if progress:
+        where = "the serial runner" if runner == "serial" else f"Ray ({address or 'in-process'})"
+        bar.begin(spec.name, where, spec.resources)
     backend: Runner = (
         SerialRunner()
         if runner == "serial"
@@ -276,6 +296,9 @@ def run_sweep(
                 {"stage": stage, "submitted_at": submitted, "queued_s": queued, **result}
             )
             bar.stages_done += 1
+            if progress:
+                seconds = time.time() - submitted
+                bar.stage_ended(trial_id, stage, str(result.get("status", "?")), seconds)
             if stage == TRAIN_STAGE:
                 after_train(state.cfg, result)
             bar.running = len(handles)

@@ -8,6 +8,7 @@ from rope_lab.runtime import allocator
 from rope_lab.sweep.runner import run_sweep
 from rope_lab.sweep.spec import load_spec
 from rope_lab.sweep.stages import compile_cache_dir
+from rope_lab.trial.stage_plan import eval_stages
 from tests.sweep.conftest import TINY, write_spec
 
 
@@ -233,12 +234,21 @@ def test_sweep_progress_counts_stages_and_drops_those_a_diverged_trial_skips(
     monkeypatch.setattr(runner, "run_stage", stage)
     monkeypatch.setattr(runner, "finish_trial", lambda run_dir, cfg, results, sweep: "done")
     monkeypatch.setattr(runner.time, "perf_counter", lambda: 0.0)
+    monkeypatch.setattr(runner.time, "time", lambda: 0.0)
     run_sweep(spec, tmp_path / "runs", runner="serial")
     lines = capsys.readouterr().err.splitlines()
-    # planned 4 + 2 stages; rope's train stage diverged, so its 3 other stages never run
+    rope, alibi = (t.trial_id for t in spec.trials)
+    # planned 4 + 2 stages; rope's train stage diverged, so its 3 other stages never run; a
+    # log that is not a terminal gets the opening line and a line per ended stage
+    (as_trained,) = [s.name for s in eval_stages(spec.trials[1])]
     assert lines == [
+        "sweep tiny: 2 trials (0 finished before), 6 stages to run on the serial runner; "
+        "each stage task asks for 1 CPU, 0 GPU",
+        f"  {rope} train: diverged after 0s",
         "1/2 trials finished (1/3 stages): 0 failed, 0 skipped; 1 stages active; "
         "elapsed 0s, ETA 0s",
+        f"  {alibi} train: done after 0s",
+        f"  {alibi} {as_trained}: done after 0s",
         "2/2 trials finished (3/3 stages): 0 failed, 0 skipped; 0 stages active; "
         "elapsed 0s, ETA 0s",
     ]
@@ -252,7 +262,7 @@ def test_sweep_progress_counts_every_planned_stage(tiny_spec, tmp_path, monkeypa
     monkeypatch.setattr(runner, "finish_trial", lambda run_dir, cfg, results, sweep: "done")
     monkeypatch.setattr(runner.time, "perf_counter", lambda: 0.0)
     summary = run_sweep(spec, tmp_path / "runs", runner="serial")
-    lines = capsys.readouterr().err.splitlines()
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln[0].isdigit()]
     # the serial runner runs both train stages first, then rope's three other stages, then
     # alibi's as-trained stage
     assert [line.split(":")[0] for line in lines] == [
