@@ -6,6 +6,7 @@ import jax
 from jaxtyping import PRNGKeyArray
 
 from rope_lab.config import TrialConfig
+from rope_lab.model.lazy import lazy_model_config, linearize
 from rope_lab.model.transformer import Transformer
 
 
@@ -14,16 +15,20 @@ def make_model(cfg: TrialConfig, *, key: PRNGKeyArray | None = None) -> Transfor
     the initialisation stream; the data stream is 1).
 
     Vocabulary from `task.vocab_size`; a learned position table gets `cfg.max_length` rows.
+    `train.regime: lazy`: the network's linearised twin around this initialisation
+    (`rope_lab.model.lazy.linearize`; reference attention under `model.attention: auto`).
     """
     if key is None:
         key = jax.random.fold_in(jax.random.PRNGKey(cfg.train.seed), 0)
-    return Transformer(
-        cfg.model,
+    lazy = cfg.train.regime == "lazy"
+    network = Transformer(
+        lazy_model_config(cfg.model) if lazy else cfg.model,
         cfg.task.vocab_size,
         train_length=cfg.train.length,
         max_length=cfg.max_length,
         key=key,
     )
+    return linearize(network) if lazy else network
 
 
 __all__ = ["make_model"]

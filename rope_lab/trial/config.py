@@ -17,6 +17,11 @@ DECODE_PROTOCOLS = ("prefill_fixed", "per_step_recompute", "per_step_stale", "pe
 # the `protocol` of decode rows whose scaling does not depend on the length: every protocol
 # gives the same tokens (tested), so they are decoded once
 ANY_PROTOCOL = "any"
+# `train.regime`: the network as is, or its linearised twin around initialisation
+# (`rope_lab.model.lazy`), which runs the reference attention path (`jax.jvp` does not pass the
+# blocked kernel's custom VJP; cuDNN's kernel has no JVP rule either)
+REGIMES = ("rich", "lazy")
+LAZY_ATTENTION = ("auto", "reference")
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,9 @@ class TrainConfig:
     `pose_target_length`: train with PoSE (Zhu et al. 2024): each sequence of `length` tokens
     is cut into `pose_chunks` chunks whose position ids are shifted by skips drawn uniformly,
     so they cover [0, pose_target_length) (None: contiguous positions 0..length-1).
+    `regime`: `rich` trains the network; `lazy` trains its first-order Taylor expansion around
+    initialisation, f(theta_0) + J(theta_0)(theta - theta_0) (`rope_lab.model.lazy`), with the
+    same data, loss, optimiser and schedule (weight decay on theta, pulling it towards 0).
     """
 
     length: int = 64
@@ -48,6 +56,7 @@ class TrainConfig:
     devices: int | None = None
     pose_target_length: int | None = None
     pose_chunks: int = 2
+    regime: str = "rich"
 
 
 @dataclass(frozen=True)
@@ -154,6 +163,28 @@ def check_train(cfg: TrialConfig) -> None:
         )
     if not 0 <= tr.min_lr_ratio <= 1:
         raise ConfigError(f"train.min_lr_ratio: must be in [0, 1], got {tr.min_lr_ratio!r}")
+    check_regime(cfg)
+
+
+def check_regime(cfg: TrialConfig) -> None:
+    """`train.regime` among REGIMES; a lazy model runs reference attention (`model.attention`
+    auto or reference) and has no cached decoding (`eval.decode.protocols` empty)."""
+    regime = cfg.train.regime
+    if regime not in REGIMES:
+        raise ConfigError(f"train.regime: unknown {regime!r}; allowed: {', '.join(REGIMES)}")
+    if regime != "lazy":
+        return
+    if cfg.model.attention not in LAZY_ATTENTION:
+        raise ConfigError(
+            f"model.attention: {cfg.model.attention!r} has no forward-mode derivative, which "
+            f"train.regime=lazy needs; allowed with lazy: {', '.join(LAZY_ATTENTION)} "
+            "(auto runs reference)"
+        )
+    if cfg.eval.decode.protocols:
+        raise ConfigError(
+            "eval.decode.protocols: cached decoding has no linearised form; "
+            "train.regime=lazy needs an empty list"
+        )
 
 
 def check_eval(cfg: TrialConfig) -> None:

@@ -25,6 +25,7 @@ def trial_id(cfg: TrialConfig) -> str:
     layout += "-ssmax" if m.scalable_softmax else ""
     pose = cfg.train.pose_target_length
     layout += f"-pose{pose}" if pose is not None else ""
+    layout += "-lazy" if cfg.train.regime == "lazy" else ""  # the linearised twin
     slug = (
         f"{cfg.task.name}-{m.position.kind}{m.position.options.slug()}{layout}-w{m.width}"
         f"-d{m.depth}-L{cfg.train.length}-s{cfg.train.seed}"
@@ -52,6 +53,7 @@ NEUTRAL_DEFAULTS: dict[str, Any] = {
     "model.scalable_softmax": False,
     "train.pose_target_length": None,
     "train.pose_chunks": 2,
+    "train.regime": "rich",
     "eval.zero_shot_temperature": False,
     "eval.finetune_methods": [],
     "eval.finetune_factors": [],
