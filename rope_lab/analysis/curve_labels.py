@@ -17,7 +17,7 @@ from typing import Final
 
 import polars as pl
 
-from rope_lab.results.columns import NAMED_ELSEWHERE, OPTIONS_COLUMN
+from rope_lab.results.columns import FAMILY_LABEL_COLUMN, NAMED_ELSEWHERE, OPTIONS_COLUMN
 from rope_lab.trial.scaling_plan import TEMPERATURE
 
 KIND: Final = "model.position.kind"
@@ -119,8 +119,13 @@ def variant_expr(columns: Sequence[str], *, protocol: bool = True) -> pl.Expr:
     layer layout (``"rope [rope.w16 | none]"``), Scalable-Softmax (``" +SSMax"``), PoSE
     (``" +PoSE 256"``), the linearised twin (``" +lazy"``, `train.regime`), and (with
     ``protocol``) a text protocol other than random windows.
-    Trials that differ only there get distinct labels, so their curves are never pooled."""
+    Trials that differ only there get distinct labels, so their curves are never pooled. A
+    model family with its own label (``family.label``: ``"CNN k3 d1,2,4"``) is named by it in
+    place of the encoding it does not have."""
     out = pl.concat_str([pl.col(KIND).fill_null("?"), _options_expr(columns)])
+    if FAMILY_LABEL_COLUMN in columns:
+        own = pl.col(FAMILY_LABEL_COLUMN).fill_null("")
+        out = pl.when(own != "").then(own).otherwise(out)
     if RANDOMIZED in columns:
         randomized = pl.when(pl.col(RANDOMIZED).fill_null(False)).then(pl.lit(" +randomized"))
         out = pl.concat_str([out, randomized.otherwise(pl.lit(""))])

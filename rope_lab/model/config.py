@@ -1,5 +1,6 @@
-"""The model's config section: shape, norms, attention, the position encoding (a registered
-variant, `model.position.<kind>`) and the layer layout, with their checks (`check_model`)."""
+"""The model's config section: the family (a registered variant, `model.<family>`), shape,
+norms, attention, the position encoding (a registered variant, `model.position.<kind>`) and the
+layer layout, with their checks (`check_model`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rope_lab.registry import POSITIONS
+from rope_lab.registry import MODELS, POSITIONS
 from rope_lab.typed import ConfigError, check_choice, check_positive, variant_class, variant_field
 
 if TYPE_CHECKING:
@@ -88,6 +89,9 @@ class ModelConfig:
     `scalable_softmax`: Scalable-Softmax (Nakanishi 2025): each query's logits times
     s_h log(n), n the number of keys it attends, s learned per head and layer (initialised to
     1 / log(L_train), so the last training position starts at temperature 1).
+    `family`: the network (`registry.MODELS`: `transformer`, `cnn`), its own typed fields
+    `arch` under its name (`model.cnn.kernel_size`); the fields above it has no use for are
+    rejected off their defaults (`FamilyConfig.unused_fields`).
     """
 
     width: int = 128
@@ -104,6 +108,18 @@ class ModelConfig:
     position: PositionConfig = dataclasses.field(default_factory=PositionConfig)
     layers: tuple[LayerConfig, ...] = ()
     scalable_softmax: bool = False
+    family: str = "transformer"
+    arch: Any = variant_field(MODELS, "family")
+
+    def __post_init__(self) -> None:
+        cls = variant_class(MODELS, self.family, "model.family")
+        if type(self.arch) is not cls:  # None, or left over from another family by `replace`
+            object.__setattr__(self, "arch", cls())
+
+    @property
+    def receptive_field(self) -> int | None:
+        """Tokens an output sees, its own included (None: the whole causal prefix)."""
+        return self.arch.receptive_field(self)
 
     @property
     def pattern(self) -> tuple[LayerConfig, ...]:
@@ -120,8 +136,9 @@ class ModelConfig:
 
     @property
     def supports_scaling(self) -> bool:
-        """Whether evaluation-time RoPE scaling applies to any layer kind."""
-        return any(
+        """Whether evaluation-time RoPE scaling applies to any layer kind (never in a family
+        that declares it does not, the CNN)."""
+        return self.arch.supports_scaling and any(
             self.layer_position(layer).options.supports_scaling and layer.eval_scaling
             for layer in self.pattern
         )
@@ -163,6 +180,17 @@ def check_model(cfg: TrialConfig) -> None:
     check_choice(m.parametrization, PARAMETRIZATIONS, "model.parametrization")
     check_choice(m.dtype, DTYPES, "model.dtype")
     check_choice(m.attention, ATTENTION_IMPLEMENTATIONS, "model.attention")
+    m.arch.check(cfg, f"model.{m.family}")  # first: a family without heads rejects them
+    if "heads" not in m.arch.unused_fields:
+        _check_heads(m)
+    if "position" not in m.arch.unused_fields:
+        check_positive(p.max_length, "model.position.max_length")
+        p.options.check(cfg, f"model.position.{p.kind}")
+    _check_layers(cfg)
+
+
+def _check_heads(m: ModelConfig) -> None:
+    """`model.heads` / `model.head_dim`: exactly one, dividing the width."""
     if (m.heads is None) == (m.head_dim is None):
         raise ConfigError(
             "model.heads / model.head_dim: set exactly one "
@@ -176,10 +204,6 @@ def check_model(cfg: TrialConfig) -> None:
         check_positive(m.head_dim, "model.head_dim")
         if m.width % m.head_dim:  # type: ignore[operator]
             raise ConfigError(f"model.head_dim: {m.head_dim} does not divide model.width={m.width}")
-    check_positive(p.max_length, "model.position.max_length")
-    p.options.check(cfg, f"model.position.{p.kind}")
-    _check_layers(cfg)
-    _check_layers(cfg)
 
 
 def _check_layers(cfg: TrialConfig) -> None:

@@ -1,4 +1,5 @@
-"""The model of a trial: a freshly initialised Transformer sized by its TrialConfig."""
+"""The model of a trial: a freshly initialised network of its family (`model.family`: the
+Transformer, or the CNN), sized by its TrialConfig."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ from rope_lab.model.transformer import Transformer
 
 def make_model(cfg: TrialConfig, *, key: PRNGKeyArray | None = None) -> Transformer:
     """The trial's model, initialised from `key` (default: `fold_in(PRNGKey(train.seed), 0)`,
-    the initialisation stream; the data stream is 1).
+    the initialisation stream; the data stream is 1), built by its family's config
+    (`FamilyConfig.build`). Every family's network has the Transformer's call,
+    `(tokens (*B, L), positions) -> logits (*B, L, V)`, and its `config`, `train_length`,
+    `temperature`, `embedding`, `head` and `vocab_size` (the annotation names the Transformer).
 
     Vocabulary from `task.vocab_size`; a learned position table gets `cfg.max_length` rows.
     `train.regime: lazy`: the network's linearised twin around this initialisation
@@ -21,7 +25,7 @@ def make_model(cfg: TrialConfig, *, key: PRNGKeyArray | None = None) -> Transfor
     if key is None:
         key = jax.random.fold_in(jax.random.PRNGKey(cfg.train.seed), 0)
     lazy = cfg.train.regime == "lazy"
-    network = Transformer(
+    network = cfg.model.arch.build(
         lazy_model_config(cfg.model) if lazy else cfg.model,
         cfg.task.vocab_size,
         train_length=cfg.train.length,

@@ -54,7 +54,9 @@ from jaxtyping import Array, Float
 from rope_lab.model.transformer import trainable
 from rope_lab.ntk.metrics import cosine, relative_change
 
-GROUPS = ("embedding", "attention_qk", "attention_vo", "mlp", "norms", "head")
+GROUPS = ("embedding", "attention_qk", "attention_vo", "mlp", "norms", "head")  # a Transformer's
+# every group of every model family, in kernel order: a CNN (`model.cnn`) has conv, no attention
+ALL_GROUPS = ("embedding", "attention_qk", "attention_vo", "conv", "mlp", "norms", "head")
 TRACES = {"features": 0}  # trace counter of the jitted feature function (retracing guard)
 
 
@@ -73,6 +75,8 @@ def param_group(path: str) -> str:
             return "attention_vo"
     if "mlp" in parts:
         return "mlp"
+    if "conv" in parts:
+        return "conv"
     if parts and parts[0] == "head":
         return "head"
     raise ValueError(
@@ -233,10 +237,18 @@ def gradient_features(
     return GradientFeatures(leaves, _leaf_groups(params), n, m.shape[1])
 
 
+def model_groups(groups: tuple[str, ...]) -> tuple[str, ...]:
+    """The kernel groups of a model whose leaves are in `groups`, in ALL_GROUPS order: GROUPS
+    for a Transformer (it has every one), embedding, conv, mlp, norms, head for a CNN."""
+    return tuple(g for g in ALL_GROUPS if g in groups)
+
+
 def feature_kernels(a: GradientFeatures, b: GradientFeatures) -> dict[str, np.ndarray]:
-    """Per-group kernels (N1 R1, N2 R2) float32 between two feature sets, keyed by GROUPS; the
-    groups sum to the total. `feature_kernels(a, a)` is exactly symmetric."""
-    out = {g: np.zeros((a.n * a.rows, b.n * b.rows), np.float64) for g in GROUPS}
+    """Per-group kernels (N1 R1, N2 R2) float32 between two feature sets, keyed by
+    `model_groups` (GROUPS for a Transformer); the groups sum to the total.
+    `feature_kernels(a, a)` is exactly symmetric."""
+    shape = (a.n * a.rows, b.n * b.rows)
+    out = {g: np.zeros(shape, np.float64) for g in model_groups(a.groups)}
     for group, x, y in zip(a.groups, a.leaves, b.leaves, strict=True):
         out[group] += x @ y.T
     kernels = {g: k.astype(np.float32) for g, k in out.items()}
@@ -244,9 +256,11 @@ def feature_kernels(a: GradientFeatures, b: GradientFeatures) -> dict[str, np.nd
 
 
 def total_kernel(groups: dict[str, np.ndarray]) -> np.ndarray:
-    """Sum of per-group kernels (any common shape)."""
-    total = groups[GROUPS[0]]
-    for g in GROUPS[1:]:
+    """Sum of per-group kernels (any common shape), in `model_groups` order (a TOTAL entry
+    among them is not summed)."""
+    first, *rest = model_groups(tuple(groups))
+    total = groups[first]
+    for g in rest:
         total = total + groups[g]
     return total
 
@@ -280,7 +294,8 @@ def sequence_kernel_groups(
     (GROUPS); the groups sum to the total.
 
     Groups: embedding (token embedding and any learned position table), attention_qk,
-    attention_vo, mlp, norms, head. `chunk_size` counts sequences per gradient pass.
+    attention_vo, mlp, norms, head; a CNN's embedding, conv, mlp, norms, head. `chunk_size`
+    counts sequences per gradient pass.
     """
     groups = _sequence_groups(model, tokens1, tokens2, output, positions1, positions2, chunk_size)
     return {g: jnp.asarray(k) for g, k in groups.items()}
@@ -418,11 +433,13 @@ def shift_invariance_error(
 
 
 __all__ = [
+    "ALL_GROUPS",
     "GROUPS",
     "GradientFeatures",
     "cross_tail_kernels",
     "feature_kernels",
     "gradient_features",
+    "model_groups",
     "param_group",
     "position_kernel",
     "row_blocks",

@@ -38,7 +38,6 @@ from rope_lab.config import TrialConfig, thaw
 from rope_lab.model.transformer import Transformer, with_scaling
 from rope_lab.ntk import metrics as nm
 from rope_lab.ntk.kernels import (
-    GROUPS,
     GradientFeatures,
     cross_tail_kernels,
     feature_kernels,
@@ -285,14 +284,15 @@ class NTKTracker:
         |K(x + L, x' + L) - K(x, x')|_F / |K(x, x')|_F (~0 when only relative positions enter)."""
         L = self.cfg.train.length
         if self.previous is not None and self.previous[0] == step:
-            base = {g: self.previous[1][f"train/{g}"] for g in (*GROUPS, TOTAL)}
+            train = self.previous[1].items()
+            base = {k.removeprefix("train/"): v for k, v in train if k.startswith("train/")}
         else:
             short = self._features(model, self.probes.short)
             base = _with_total(feature_kernels(short, short))
         moved = self._features(model, self.probes.short, positions=np.arange(L, dtype=np.int32) + L)
         shifted = _with_total(feature_kernels(moved, moved))
         diag_short, rows = np.diag(base[TOTAL]), []
-        for g in (TOTAL, *GROUPS):
+        for g in (TOTAL, *(g for g in base if g != TOTAL)):
             kernels = nm.Kernels(base[g], diag_short, K_shift=shifted[g])
             rows += _metric_rows("shift", kernels, step, L, g)
         return rows

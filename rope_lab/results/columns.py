@@ -190,6 +190,10 @@ def _scalarize(value: Any) -> Any:
 ENCODING_PREFIX = "encoding."
 OPTIONS_COLUMN = "encoding.options"
 TASK_METRIC_COLUMN = "task.default_metric"
+# the model family's own curve label ("CNN k3 d1,2,4"; "" when the encoding names the curve)
+# and receptive field (tokens an output sees; null for attention, which sees the whole prefix)
+FAMILY_LABEL_COLUMN = "family.label"
+RECEPTIVE_FIELD_COLUMN = "family.receptive_field"
 # the rotary family's training-time scaling: named by the label's "(linear x2)", not as a field
 NAMED_ELSEWHERE = frozenset({"scaling", "factor", "params"})
 VARIANT_SCHEMA: dict[str, pl.DataType] = {
@@ -200,6 +204,8 @@ VARIANT_SCHEMA: dict[str, pl.DataType] = {
     "encoding.shift_invariant": pl.Boolean(),
     OPTIONS_COLUMN: pl.String(),
     TASK_METRIC_COLUMN: pl.String(),
+    FAMILY_LABEL_COLUMN: pl.String(),
+    RECEPTIVE_FIELD_COLUMN: pl.Int64(),
 }
 
 
@@ -220,14 +226,17 @@ def options_text(options: Any) -> str:
 
 def variant_columns(trial: Any) -> dict[str, Any]:
     """The descriptor columns of a trial config: its model-wide encoding's
-    ``attributes()`` as ``encoding.<name>``, its off-default fields (:func:`options_text`) and
-    its task's ``default_metric``."""
-    options = trial.model.position.options
-    out: dict[str, Any] = {
-        f"{ENCODING_PREFIX}{k}": v for k, v in type(options).attributes().items()
-    }
-    out[OPTIONS_COLUMN] = options_text(options)
+    ``attributes()`` as ``encoding.<name>`` (a family without one, the CNN, declares its own:
+    ``FamilyConfig.encoding_attributes``), its off-default fields (:func:`options_text`), its
+    task's ``default_metric``, and its model family's label and receptive field
+    (``family.label``, ``family.receptive_field``)."""
+    options, family = trial.model.position.options, trial.model.arch
+    attributes = family.encoding_attributes(trial.model)
+    out: dict[str, Any] = {f"{ENCODING_PREFIX}{k}": v for k, v in attributes.items()}
+    out[OPTIONS_COLUMN] = "" if family.label() else options_text(options)
     from rope_lab.registry import TASKS  # the writer has imported the task already
 
     out[TASK_METRIC_COLUMN] = str(TASKS[trial.task.name].default_metric)
+    out[FAMILY_LABEL_COLUMN] = trial.model.arch.label()
+    out[RECEPTIVE_FIELD_COLUMN] = trial.model.receptive_field
     return out

@@ -20,8 +20,12 @@ def _matmul_params(trial: TrialConfig) -> int:
 
 def forward_flops(trial: TrialConfig, length: int) -> int:
     """FLOPs of one forward pass over one length-L sequence: F(L) = 2 N L + 4 depth L^2 D plus
-    what each layer's encoding adds (`extra_flops`); see `estimate_cost`."""
+    what each layer's encoding adds (`extra_flops`); a family with its own count (the CNN:
+    2 N L, `FamilyConfig.cost`) gives it; see `estimate_cost`."""
     m = trial.model
+    own = m.arch.cost(m, trial.task.vocab_size, length)
+    if own is not None:
+        return own["forward_flops"]
     repeats = m.depth // len(m.pattern)
     extra = repeats * sum(
         m.layer_position(layer).options.extra_flops(
@@ -86,8 +90,13 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
     method x factor for RoPE, and again after fine-tuning); ntk_flops is the empirical-NTK
     tracking (`ntk_flops`). total_flops = train + fine-tune + eval + NTK. stages: `n_stages`.
     Periodic hooks other than the NTK tracking are not counted.
+    A model family with its own counts (`FamilyConfig.cost`) gives its parameters and F(L):
+    the CNN's N counts its convolutions (k D^2 per layer, as a matmul over the k taps), MLPs and
+    readout, and F(L) = 2 N L (no attention); receptive_field is its window (0 for attention,
+    which sees the whole prefix).
     """
     m, tr, ev = trial.model, trial.train, trial.eval
+    family_cost = m.arch.cost(m, trial.task.vocab_size, tr.length)
     d, v = m.width, trial.task.vocab_size
     norm = 2 * d if m.norm == "layernorm" else d
     matmul = _matmul_params(trial)
@@ -104,6 +113,10 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
     position = m.position.options
     table = position.n_params(m, max_length=trial.max_length) if "embed" in position.hooks else 0
     non_embedding = n_params - 2 * v * d - table
+    if family_cost is not None:
+        n_params, non_embedding, matmul = (
+            family_cost[k] for k in ("n_params", "n_params_non_embedding", "matmul_params")
+        )
 
     def seq_flops(length: int) -> int:
         return forward_flops(trial, length)
@@ -126,6 +139,7 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
         "eval_tokens": sum(k * n for n, k in eval_seqs.items()),
         "eval_flops": sum(k * seq_flops(n) for n, k in eval_seqs.items()),
         "ntk_flops": ntk_flops(trial),
+        "receptive_field": m.receptive_field or 0,
     }
     cost["total_flops"] = (
         cost["train_flops"] + cost["finetune_flops"] + cost["eval_flops"] + cost["ntk_flops"]
@@ -141,8 +155,9 @@ def _layout(trial: TrialConfig) -> str:
 def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
     """Text table for `rope-lab sweep plan`: one line per trial and a total line.
 
-    Columns: the swept values, parameters (all, and non-embedding: `estimate_cost`), stages,
-    tokens, FLOPs, CPU time.
+    Columns: the swept values, parameters (all, and non-embedding: `estimate_cost`), the
+    receptive field (RF, tokens; only when a trial's family has one: the CNN; '-' for
+    attention), stages, tokens, FLOPs, CPU time.
 
     CPU time is total FLOPs / `flops_per_s` (sustained); it ignores compilation and per-step
     overhead, which dominate tiny models.
@@ -150,9 +165,10 @@ def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
     keys = list(spec.axes)
     short = [k.rsplit(".", 1)[-1] for k in keys]
     heads = [s if short.count(s) == 1 else k for s, k in zip(short, keys, strict=True)]
+    windowed = any(t.model.receptive_field for t in spec.trials)
     header = [
-        "trial", *heads, "params", "non-emb", "stages", "train tok", "eval tok", "NTK FLOPs",
-        "FLOPs", "CPU time",
+        "trial", *heads, "params", "non-emb", *(["RF"] if windowed else []), "stages",
+        "train tok", "eval tok", "NTK FLOPs", "FLOPs", "CPU time",
     ]  # fmt: skip
     summed = ("stages", "train_tokens", "eval_tokens", "ntk_flops", "total_flops")
     totals = dict.fromkeys(summed, 0)
@@ -170,8 +186,11 @@ def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
             for key, v in axis_assignments(trial, spec).items()
         ]
         params = [_si(cost["n_params"]), _si(cost["n_params_non_embedding"])]
+        if windowed:
+            params.append(str(cost["receptive_field"] or "-"))
         rows.append([trial.trial_id, *values, *params, *numbers(cost)])
-    total = [f"total ({len(spec.trials)} trials)", *[""] * len(keys), "", "", *numbers(totals)]
+    blank = [""] * (len(keys) + 2 + windowed)
+    total = [f"total ({len(spec.trials)} trials)", *blank, *numbers(totals)]
     widths = [max(len(r[i]) for r in [header, *rows, total]) for i in range(len(header))]
 
     def line(cells: list[str]) -> str:

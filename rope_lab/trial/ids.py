@@ -19,17 +19,16 @@ if TYPE_CHECKING:
 
 def trial_id(cfg: TrialConfig) -> str:
     """Readable slug plus `training_hash`: the id of the trained model, which evaluation
-    stages hang off."""
+    stages hang off. The slug names the position encoding and layout, or a family that has
+    its own slug (`FamilyConfig.slug`: 'cnn-k3-d1.2')."""
     m = cfg.model
     layout = "".join(f"+{layer.slug(m)}" for layer in m.layers)
     layout += "-ssmax" if m.scalable_softmax else ""
     pose = cfg.train.pose_target_length
     layout += f"-pose{pose}" if pose is not None else ""
-    layout += "-lazy" if cfg.train.regime == "lazy" else ""  # the linearised twin
-    slug = (
-        f"{cfg.task.name}-{m.position.kind}{m.position.options.slug()}{layout}-w{m.width}"
-        f"-d{m.depth}-L{cfg.train.length}-s{cfg.train.seed}"
-    )
+    network = m.arch.slug() or f"{m.position.kind}{m.position.options.slug()}{layout}"
+    network += "-lazy" if cfg.train.regime == "lazy" else ""  # the linearised twin
+    slug = f"{cfg.task.name}-{network}-w{m.width}-d{m.depth}-L{cfg.train.length}-s{cfg.train.seed}"
     return f"{slug}-{training_hash(cfg)}"
 
 
@@ -51,6 +50,7 @@ EXECUTION_FIELDS = (
 NEUTRAL_DEFAULTS: dict[str, Any] = {
     "model.layers": [],
     "model.scalable_softmax": False,
+    "model.family": "transformer",
     "train.pose_target_length": None,
     "train.pose_chunks": 2,
     "train.regime": "rich",

@@ -9,6 +9,7 @@ from typing import Final, NamedTuple
 import polars as pl
 
 from rope_lab.analysis import query as q
+from rope_lab.results.columns import FAMILY_LABEL_COLUMN
 from rope_lab.trial.scaling_plan import TEMPERATURE
 
 LABEL_COLUMNS: Final = ("label_kind", "label_method", "label_factor", "label_finetune")
@@ -17,7 +18,8 @@ LABEL_COLUMNS: Final = ("label_kind", "label_method", "label_factor", "label_fin
 def label_columns(columns: Sequence[str], *, as_trained: str | None = None) -> list[pl.Expr]:
     """What each row's ``label`` is made of, as the columns of :data:`LABEL_COLUMNS`.
 
-    ``label_kind``: PE kind (String; null without a ``model.position.kind`` column);
+    ``label_kind``: PE kind (String; null without a ``model.position.kind`` column), or a model
+    family's own label (``family.label``: ``"CNN k3 d1,2,4"``, which has no PE);
     ``label_method``: scaling method applied at evaluation (String: a RoPE method or
     ``"temperature"``; null for the PE as trained, see
     :func:`~rope_lab.analysis.query.trained_expr`);
@@ -26,6 +28,9 @@ def label_columns(columns: Sequence[str], *, as_trained: str | None = None) -> l
     ``label_finetune``: fine-tuning steps (Int64, 0 for none).
     """
     kind = pl.col(q.KIND).fill_null("?") if q.KIND in columns else pl.lit(None, pl.String)
+    if FAMILY_LABEL_COLUMN in columns:
+        own = pl.col(FAMILY_LABEL_COLUMN).fill_null("")
+        kind = pl.when(own != "").then(own).otherwise(kind)
     finetune = pl.col("finetune_steps").fill_null(0) if "finetune_steps" in columns else pl.lit(0)
     method, factor = pl.lit(None, pl.String), pl.lit(None, pl.Float64)
     if "method" in columns:
