@@ -57,13 +57,14 @@ def lazy_model_config(cfg: ModelConfig) -> ModelConfig:
 
 def linearized_call(
     network: eqx.Module,
-    theta0: eqx.Module,
+    theta0: Any,
     tokens: Int[Array, "*B L"],
     positions: Int[Array, "*B L"] | None,
 ) -> Float[Array, "*B L V"]:
     """f(theta_0)(x) + J(theta_0)(x)(theta - theta_0), x = (tokens, positions): `network` holds
     theta and the non-trainable part used for both terms; `theta0` the trainable leaves at the
-    expansion point (`eqx.filter(net_0, trainable(net_0))`, same leaf order). Logits (*B, L, V)."""
+    expansion point (any pytree with theta's leaves in order: a tuple of arrays).
+    Logits (*B, L, V)."""
     params, static = eqx.partition(network, trainable(network))
     # theta_0's leaves in theta's tree: static fields (a temperature) may differ, leaves do not
     p0 = jax.tree.unflatten(jax.tree.structure(params), jax.tree.leaves(theta0))
@@ -80,7 +81,9 @@ def linearized_call(
 class Linearized(eqx.Module):
     """Base of every lazy twin (`lazy_class`): theta is the network part of the twin (the
     fields of the network's class, `base`), `theta0` the frozen trainable leaves at
-    initialisation. `model(tokens (*B, L), positions) -> logits (*B, L, V)` as the network's."""
+    initialisation, as a flat tuple in the network's leaf order (no modules inside, so the
+    optimiser's per-module policy never sees them).
+    `model(tokens (*B, L), positions) -> logits (*B, L, V)` as the network's."""
 
     theta0: Frozen
     base: ClassVar[type]  # the network's class
@@ -88,7 +91,8 @@ class Linearized(eqx.Module):
     def __init__(self, network: eqx.Module):
         for f in dataclasses.fields(self.base):
             setattr(self, f.name, getattr(network, f.name))
-        self.theta0 = Frozen(eqx.filter(network, trainable(network)))  # type: ignore[arg-type]
+        leaves = tuple(jax.tree.leaves(eqx.filter(network, trainable(network))))
+        self.theta0 = Frozen(leaves)  # type: ignore[arg-type]
 
     def network(self) -> Any:
         """The plain network at theta with this model's buffers and static fields."""
@@ -101,8 +105,7 @@ class Linearized(eqx.Module):
         self, tokens: Int[Array, "*B L"], positions: Int[Array, "*B L"] | None = None
     ) -> Float[Array, "*B L V"]:
         """f_lin(theta)(tokens, positions): logits (*B, L, V) for tokens (*B, L)."""
-        theta0: Any = self.theta0.value  # the network's trainable leaves, not one array
-        return linearized_call(self.network(), theta0, tokens, positions)
+        return linearized_call(self.network(), self.theta0.value, tokens, positions)
 
     def attention_logits(self, tokens: Array, positions: Array | None = None) -> Array:
         """Not defined: a linearised model has no attention logits of its own."""
