@@ -200,9 +200,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sweep(sub)
     from rope_lab.analysis.claims.cli import add_command as add_claims
     from rope_lab.cli_analysis import add_commands
+    from rope_lab.cli_corpus import add_command as add_corpus
 
     add_commands(sub)
     add_claims(sub)
+    add_corpus(sub)
     return parser
 
 

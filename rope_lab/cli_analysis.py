@@ -396,6 +396,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
     p.add_argument("--out", type=Path, metavar="FILE", help="figure file (.png or .pdf)")
     p.add_argument("--metric", help="y: accuracy, loss, perplexity, exact_match, error_rate, "
+                   "bits_per_byte (text tasks), "
                    "or an NTK metric (distance_from_init, ...); extrapolation default: loss for "
                    "language-model tasks (lm_text, lm_synthetic), accuracy otherwise")  # fmt: skip
     p.add_argument("--x", help="x column (extrapolation: length or length_ratio; "

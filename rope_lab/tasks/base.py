@@ -222,6 +222,22 @@ class Task(abc.ABC):
         check_split(split)
         return ()
 
+    # The training data is not held on the device: `host_batch` gathers each step's on the host.
+    host_fed: ClassVar[bool] = False
+
+    def host_batch(
+        self, batch_size: int, length: int, *, seed: int, step: int
+    ) -> tuple[np.ndarray, ...]:
+        """The operands of training step ``step`` gathered on the host, for a ``host_fed`` task
+        (``lm_tokens``: the (B, L + 1) windows of a memory-mapped file, a function of (seed,
+        step) only); ``_sample`` reads them in place of :meth:`operands`."""
+        raise NotImplementedError(f"{self.name} samples on the device from operands('train')")
+
+    def token_bytes(self) -> np.ndarray | None:
+        """Bytes of text each token id stands for (V,), for tasks whose tokens are text (the
+        denominator of bits per byte); None for the synthetic tasks."""
+        return None
+
     @abc.abstractmethod
     def _sample(self, key: jax.Array, batch_size: int, length: int, operands: Operands) -> Batch:
         """Sample a batch; ``batch_size`` and ``length`` are static Python ints."""

@@ -7,22 +7,18 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from rope_lab.registry import TASKS
-from rope_lab.tasks.base import (
-    Batch,
-    Operands,
-    Task,
-    TaskParams,
-    check_float,
-    check_split,
-    finish,
-    randint,
-    random_bits,
-)
+from rope_lab.tasks.base import Batch, Operands, Task, TaskParams, check_float, check_split
 from rope_lab.tasks.corpora import builtin_text, is_builtin
+from rope_lab.tasks.windows import (  # re-exported: the text protocols' home is windows.py
+    TEXT_PROTOCOLS,
+    sample_windows,
+    text_windows,
+    window_count,
+    window_step,
+)
 
 _TEXT_CACHE: dict[tuple[str, int, int], np.ndarray] = {}
 _TEXT_DEVICE: dict[tuple[str, int, int, float, str], jax.Array] = {}
@@ -148,6 +144,10 @@ class TextLMTask(TextLMParams, Task):
     def min_length(self) -> int:
         return 1
 
+    def token_bytes(self) -> np.ndarray:
+        """One byte per token id (V,): bits per byte = loss / ln 2."""
+        return np.ones(self.vocab_size, dtype=np.int64)
+
     def split_bytes(self, split: str) -> np.ndarray:
         """The bytes of one split (n,) uint8: a range of ``self.data`` (`text_split_bounds`),
         or with ``eval_path`` the whole training file and the whole evaluation file."""
@@ -192,51 +192,15 @@ class TextLMTask(TextLMParams, Task):
                 f"lm_text: {data.shape[0]} bytes of path={self.path!r} are too few for "
                 f"length={length} (need {n})"
             )
-        starts = randint(random_bits(key, (batch_size,)), 0, data.shape[0] - n + 1)
-        idx = starts[:, None] + jnp.arange(n, dtype=jnp.int32)[None, :]
-        return finish(data[idx], jnp.ones((1, length), bool))
+        return sample_windows(key, data, batch_size, length)
 
 
-TEXT_PROTOCOLS = ("random", "nonoverlapping", "sliding")
-
-
-def window_step(length: int, protocol: str, stride: int | None = None) -> int:
-    """Bytes between the starts of consecutive windows (:func:`text_windows`)."""
-    if protocol == "nonoverlapping":
-        return length
-    if protocol == "sliding":
-        if stride is None or not 0 < stride <= length:
-            raise ValueError(f"sliding windows need 0 < stride <= length={length}, got {stride}")
-        return stride
-    raise ValueError(f"unknown text protocol {protocol!r}; allowed: {TEXT_PROTOCOLS[1:]}")
-
-
-def window_count(size: int, length: int, protocol: str, stride: int | None = None) -> int:
-    """How many windows :func:`text_windows` cuts from a text of ``size`` bytes."""
-    n = size - 1
-    return 0 if n < length else (n - length) // window_step(length, protocol, stride) + 1
-
-
-def text_windows(
-    data: np.ndarray, length: int, protocol: str, stride: int | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The evaluation windows of Press et al. (2022) over a whole text ``data`` (n,): tokens and
-    targets (W, L) int32 and the scored mask (W, L).
-
-    ``nonoverlapping``: consecutive windows starting at 0, L, 2L, ..., every position scored
-    (early positions see little context). ``sliding``: windows starting every ``stride`` bytes,
-    each scoring only its last ``stride`` positions (the first window scores all), so every
-    byte after the first window is scored once with at least L - stride bytes of context.
-    Either way the same text is read at every length, so lengths compare like for like; bytes
-    after the last whole window are left out.
-    """
-    step = window_step(length, protocol, stride)
-    n = int(data.size) - 1  # targets need one byte more
-    if n < length:
-        raise ValueError(f"{n + 1} bytes are too few for one window of length {length}")
-    starts = np.arange(0, n - length + 1, step)
-    index = starts[:, None] + np.arange(length)[None, :]
-    mask = np.ones((starts.size, length), dtype=bool)
-    if protocol == "sliding":
-        mask[1:, : length - step] = False
-    return data[index].astype(np.int32), data[index + 1].astype(np.int32), mask
+__all__ = [
+    "TEXT_PROTOCOLS",
+    "TextLMParams",
+    "TextLMTask",
+    "text_split_bounds",
+    "text_windows",
+    "window_count",
+    "window_step",
+]

@@ -10,13 +10,14 @@ config samples, pads and splits them), compute the metric sums (`metric_sums`), 
 (`rows_for_length`). The helpers follow in that order.
 
 Rows are plain dicts with the `eval` table's columns: step, method, factor, finetune_steps,
-length, loss, perplexity, accuracy, exact_match, position_bucket (None for whole sequences),
-sequences_per_forward (the evaluation batch is split to fit `eval.memory_budget_mb`).
+length, loss, perplexity, accuracy, exact_match, bits_per_byte (text tasks: nats per token x
+tokens / bytes of the scored tokens / ln 2; None otherwise), position_bucket (None for whole
+sequences), sequences_per_forward (the evaluation batch is split to fit
+`eval.memory_budget_mb`).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
@@ -40,6 +41,7 @@ from rope_lab.model.transformer import (
 from rope_lab.runtime.xla_options import FEW_CALLS
 from rope_lab.tasks import Batch, Task
 from rope_lab.tasks.text_lm import text_windows
+from rope_lab.trial.eval_rows import rows_for_length
 from rope_lab.trial.objective import token_losses
 from rope_lab.trial.scaling_plan import (
     NO_SCALING,
@@ -160,6 +162,13 @@ class DrawnBatches(NamedTuple):
     length: int
     sequences_per_forward: int
     single_answer: bool  # False for windows of text, which have no exact match
+    counts_bytes: bool = False  # the task's tokens are text: sums carry their bytes
+
+
+def _byte_table(task: Task) -> jax.Array | None:
+    """Bytes per token id (V,) float32 for a text task, else None."""
+    table = task.token_bytes()
+    return None if table is None else jnp.asarray(table, jnp.float32)
 
 
 def draw_batches(task: Task, cfg: TrialConfig, length: int, *, key) -> DrawnBatches:
@@ -183,6 +192,7 @@ def _sampled_batches(task: Task, cfg: TrialConfig, length: int, *, key) -> Drawn
     operands = task.operands("eval")
     padded_length = max(length, *cfg.eval_lengths) if ev.pad_to_longest else length
     chunk = sequences_per_forward(cfg, padded_length)
+    nbytes = _byte_table(task)
 
     def batches() -> Iterator[BatchRun]:
         for b in range(ev.batches):
@@ -193,7 +203,9 @@ def _sampled_batches(task: Task, cfg: TrialConfig, length: int, *, key) -> Drawn
                 batch, positions = _drawn_batch(
                     task, operands, keys, ev.batch_size, length, cfg, padded_length
                 )
-                yield partial(_split_sums, batch=batch, positions=positions, chunk=chunk)
+                yield partial(
+                    _split_sums, batch=batch, positions=positions, chunk=chunk, nbytes=nbytes
+                )
             else:  # sampled inside its forward program
                 yield partial(
                     _batch_sums,
@@ -203,9 +215,12 @@ def _sampled_batches(task: Task, cfg: TrialConfig, length: int, *, key) -> Drawn
                     batch_size=ev.batch_size,
                     length=length,
                     cfg=cfg,
+                    **({} if nbytes is None else {"nbytes": nbytes}),
                 )
 
-    return DrawnBatches(batches(), length, chunk, single_answer=True)
+    return DrawnBatches(
+        batches(), length, chunk, single_answer=True, counts_bytes=nbytes is not None
+    )
 
 
 def _text_batches(task: Task, cfg: TrialConfig, length: int, *, key) -> DrawnBatches:
@@ -224,6 +239,7 @@ def _text_batches(task: Task, cfg: TrialConfig, length: int, *, key) -> DrawnBat
     pad = ((0, rows - tokens.shape[0]), (0, 0))
     tokens, targets, mask = (np.pad(a, pad) for a in (tokens, targets, mask))
     chunk = sequences_per_forward(cfg, length)
+    nbytes = _byte_table(task)
 
     def batches() -> Iterator[BatchRun]:
         for g, start in enumerate(range(0, rows, ev.batch_size)):
@@ -236,9 +252,11 @@ def _text_batches(task: Task, cfg: TrialConfig, length: int, *, key) -> DrawnBat
             positions = batch_positions(
                 cfg, batch_size=ev.batch_size, length=length, key=jax.random.fold_in(key, g)
             )
-            yield partial(_split_sums, batch=batch, positions=positions, chunk=chunk)
+            yield partial(_split_sums, batch=batch, positions=positions, chunk=chunk, nbytes=nbytes)
 
-    return DrawnBatches(batches(), length, chunk, single_answer=False)
+    return DrawnBatches(
+        batches(), length, chunk, single_answer=False, counts_bytes=nbytes is not None
+    )
 
 
 def _draw(
@@ -273,18 +291,22 @@ def _drawn_batch(
 
 
 # 3. Their metric sums.
-def metric_sums(model: Transformer, drawn: DrawnBatches) -> dict[str, np.ndarray | float]:
+def metric_sums(model: Transformer, drawn: DrawnBatches) -> dict[str, Any]:
     """Per-position loss sums, correct counts and scored counts (each (L,)) over every batch,
-    exact match over every sequence with a scored token (NaN for windows of text) and
-    `sequences_per_forward`. Positions past L (padding) are cut off."""
+    exact match over every sequence with a scored token (NaN for windows of text),
+    `sequences_per_forward` and, for a text task, the bytes of the scored targets (L,) (else
+    None). Positions past L (padding) are cut off."""
     length = drawn.length
     loss_sum, correct, count = np.zeros(length), np.zeros(length), np.zeros(length)
+    byte_sum = np.zeros(length) if drawn.counts_bytes else None
     exact = n_seq = 0.0
     for run in drawn.batches:
-        (ls, cs, ns), ex, nq = run(model)
+        (ls, cs, ns, *bs), ex, nq = run(model)
         loss_sum += np.asarray(ls, np.float64)[:length]
         correct += np.asarray(cs, np.float64)[:length]
         count += np.asarray(ns, np.float64)[:length]
+        if byte_sum is not None:
+            byte_sum += np.asarray(bs[0], np.float64)[:length]
         if drawn.single_answer:
             exact += float(ex)
             n_seq += float(nq)
@@ -292,87 +314,55 @@ def metric_sums(model: Transformer, drawn: DrawnBatches) -> dict[str, np.ndarray
         "loss_sum": loss_sum,
         "correct": correct,
         "count": count,
+        "byte_sum": byte_sum,
         "exact_match": exact / max(n_seq, 1.0) if drawn.single_answer else math.nan,
         "sequences_per_forward": drawn.sequences_per_forward,
     }
 
 
 @eqx.filter_jit(compiler_options=FEW_CALLS)  # type: ignore[call-overload]
-def _batch_sums(model: Transformer, task: Task, operands, key, batch_size: int, length: int, cfg):
+def _batch_sums(
+    model: Transformer, task: Task, operands, key, batch_size: int, length: int, cfg, nbytes=None
+):
     """Sampling and forward at `length` in one program (one compilation per length)."""
-    return _sums(model, *_draw(task, operands, jax.random.split(key), batch_size, length, cfg))
+    batch, positions = _draw(task, operands, jax.random.split(key), batch_size, length, cfg)
+    return _sums(model, batch, positions, nbytes)
 
 
 @eqx.filter_jit(compiler_options=FEW_CALLS)  # type: ignore[call-overload]
-def _forward_sums(model: Transformer, batch: Batch, positions: Int[Array, "B P"]):
+def _forward_sums(model: Transformer, batch: Batch, positions: Int[Array, "B P"], nbytes=None):
     """`_sums` as a forward program of its own: compiled once per model structure and (B, P),
     shared by every RoPE scaling (only arrays change), every length under
     `eval.pad_to_longest`, and every sub-batch of a batch split by the memory budget. A
     temperature t != 1 is static (`with_temperature`), so each such length compiles its own."""
-    return _sums(model, batch, positions)
+    return _sums(model, batch, positions, nbytes)
 
 
-def _split_sums(model: Transformer, batch: Batch, positions: Array, chunk: int):
+def _split_sums(model: Transformer, batch: Batch, positions: Array, chunk: int, nbytes=None):
     """`_sums` of a (B, P) batch as B / chunk sub-batches of `chunk` sequences, added up."""
     total = None
     for start in range(0, batch.tokens.shape[0], chunk):
         part = jax.tree.map(lambda x, start=start: x[start : start + chunk], (batch, positions))
-        sums = _forward_sums(model, *part)
+        sums = _forward_sums(model, *part, nbytes)
         total = sums if total is None else jax.tree.map(jnp.add, total, sums)
     return total
 
 
-def _sums(model: Transformer, batch: Batch, positions: Int[Array, "B P"]):
-    """Per-position loss sums, correct and scored counts (each (P,)), exact-match and scored
-    sequence counts (scalars) of one batch; unscored (mask False) slots contribute nothing."""
+def _sums(model: Transformer, batch: Batch, positions: Int[Array, "B P"], nbytes=None):
+    """Per-position loss sums, correct and scored counts (each (P,)), with `nbytes` (V,) (bytes
+    per token id) the scored targets' bytes (P,) too, then exact-match and scored sequence
+    counts (scalars) of one batch; unscored (mask False) slots contribute nothing."""
     losses, correct = token_losses(model, batch, positions)
     mask = batch.mask
-    per_position = (
+    per_position: tuple[jax.Array, ...] = (
         jnp.sum(jnp.where(mask, losses, 0.0), axis=0),
         jnp.sum(mask & correct, axis=0),
         jnp.sum(mask, axis=0),
     )
+    if nbytes is not None:
+        per_position += (jnp.sum(jnp.where(mask, nbytes[batch.targets], 0.0), axis=0),)
     exact = jnp.all(correct | ~mask, axis=1) & jnp.any(mask, axis=1)
     return per_position, jnp.sum(exact), jnp.sum(jnp.any(mask, axis=1))
-
-
-# 4. The rows.
-def rows_for_length(
-    sums: dict, length: int, buckets: int, base: dict
-) -> list[dict[str, float | int | str | None]]:
-    """Whole-sequence row plus one row per position bucket (bucket start in `position_bucket`)."""
-    whole = _metric_row(sums["loss_sum"].sum(), sums["correct"].sum(), sums["count"].sum())
-    base = {**base, "sequences_per_forward": sums.get("sequences_per_forward")}
-    rows = [
-        {
-            **base,
-            "length": length,
-            **whole,
-            "exact_match": sums["exact_match"],
-            "position_bucket": None,
-        }
-    ]
-    n = min(buckets, length)
-    edges = np.linspace(0, length, n + 1).astype(int)
-    for start, stop in itertools.pairwise(edges):
-        part = _metric_row(
-            sums["loss_sum"][start:stop].sum(),
-            sums["correct"][start:stop].sum(),
-            sums["count"][start:stop].sum(),
-        )
-        rows.append(
-            {**base, "length": length, **part, "exact_match": None, "position_bucket": int(start)}
-        )
-    return rows
-
-
-def _metric_row(loss_sum: float, correct: float, count: float) -> dict[str, float]:
-    loss = loss_sum / count if count else math.nan
-    return {
-        "loss": loss,
-        "perplexity": math.exp(min(loss, 700.0)) if count else math.nan,
-        "accuracy": correct / count if count else math.nan,
-    }
 
 
 # A trial's rows summarised.

@@ -34,6 +34,7 @@ from rope_lab.trial.hooks import Hook, StepState
 from rope_lab.trial.objective import masked_loss, token_losses
 from rope_lab.trial.optimizer import lr_schedule, make_optimizer
 from rope_lab.trial.parallel import (
+    batch_sharding,
     constrain_batch,
     constrain_replicated,
     data_mesh,
@@ -172,7 +173,8 @@ def train(
 ) -> TrainResult:
     """Train from `start_step` to `steps` (default cfg.train.steps) at `length` (default L_train).
 
-    `model`/`opt_state` resume a run; the batch of step s depends only on (seed, s). Overrides of
+    `model`/`opt_state` resume a run; the batch of step s depends only on (seed, s), sampled
+    inside the step, or for a `host_fed` task gathered on the host (`Task.host_batch`). Overrides of
     length/steps/lr serve fine-tuning at a target length. The step is data-parallel over
     `train.devices` local devices (None: all); the returned model is on the first device.
     `pose`: PoSE positions when `train.pose_target_length` is set (None: unless `length` is
@@ -193,7 +195,8 @@ def train(
     params = replicate(params, mesh, copy=True)
     static = replicate(static, mesh)
     opt_state = replicate(optimizer.init(params) if opt_state is None else opt_state, mesh)
-    operands = replicate(task.operands(), mesh)
+    # A host-fed task (lm_tokens) gathers each step's windows from disk instead (below).
+    operands = None if task.host_fed else replicate(task.operands(), mesh)
     guard = TraceGuard("train_step")
     step_fn = make_train_step(
         cfg, task, optimizer, length=length, guard=guard, mesh=mesh, pose=pose
@@ -220,7 +223,13 @@ def train(
 
     for step in range(start_step, total):
         key = jax.random.fold_in(data_key, step)
-        params, opt_state, metrics = step_fn(static, params, opt_state, key, operands)
+        ops = operands
+        if ops is None:  # the windows of (seed, step), gathered while the last step runs
+            ops = jax.device_put(
+                task.host_batch(tc.batch_size, length, seed=seed, step=step),
+                batch_sharding(mesh),
+            )
+        params, opt_state, metrics = step_fn(static, params, opt_state, key, ops)
         guard.check()
         pending.append((step + 1, metrics))
         window_steps += 1

@@ -231,7 +231,7 @@ DEFECTS = (
     ),
     Defect(
         "sliding-windows-score-a-byte-twice",
-        "rope_lab/tasks/text_lm.py",
+        "rope_lab/tasks/windows.py",
         "mask[1:, : length - step] = False",
         "mask[1:, : length - step - 1] = False",
         ("tests/tasks/test_text_lm.py::test_text_windows_read_each_byte_once",),

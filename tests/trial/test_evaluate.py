@@ -48,6 +48,7 @@ COLUMNS = {
     "exact_match",
     "position_bucket",
     "sequences_per_forward",
+    "bits_per_byte",  # None: passkey is not text
 }
 
 
@@ -180,9 +181,13 @@ class _FixedTask:
 
     targets: tuple
     mask: tuple
+    nbytes: tuple | None = None  # bytes per token id: a text task (bits per byte)
 
     def operands(self, split="train"):
         return ()
+
+    def token_bytes(self):
+        return None if self.nbytes is None else np.asarray(self.nbytes)
 
     def sample_from(self, operands, batch_size, length, *, key):
         targets = jnp.asarray(self.targets, jnp.int32)
@@ -266,6 +271,35 @@ def test_metrics_known_answers(pad):
     assert whole[2:] == (0.75, 0.5)  # accuracy 3/4, exact match 1/2
     assert [b[2] for b in buckets] == pytest.approx([math.nan, 1.0, 2 / 3], nan_ok=True)
     _assert_rows_are(rows, whole, buckets, [0, 1, 2])
+
+
+@pytest.mark.parametrize("pad", [False, True])
+def test_bits_per_byte_is_the_loss_in_bits_over_the_scored_bytes(pad):
+    """Tokens 0, 1, 2 stand for 1, 3 and 2 bytes of text. Hand-chosen logits give each scored
+    target a known loss; bits per byte = sum of those losses / sum of the targets' bytes / ln 2,
+    per row and per position bucket (a synthetic task's rows have None)."""
+    cfg = _metrics_cfg(**{"eval.batches": 1, "eval.pad_to_longest": pad})
+    # logits (3, 8, 3): target probability p at every position, the rest shared equally
+    p = np.array([[0.5, 0.25, 0.8, 0.1], [0.3, 0.6, 0.9, 0.2], [0.4] * 4])
+    logits = np.full((3, 8, 3), np.log(0.1), np.float64)
+    for b, t in itertools.product(range(3), range(4)):
+        target = TARGETS[b][t]
+        logits[b, t] = np.log((1 - p[b, t]) / 2)
+        logits[b, t, target] = np.log(p[b, t])
+    model = _FixedLogits(jnp.asarray(logits, jnp.float32))
+    task = _FixedTask(TARGETS, MASK, nbytes=(1, 3, 2))
+    rows = evaluate_model(model, task, cfg, step=0, lengths=[4])
+    # scored: (0, 1) target 1, (0, 2) target 2, (1, 2) target 1, (1, 3) target 0
+    nats = -np.log([0.25, 0.8, 0.9, 0.2])
+    nbytes = np.array([3, 2, 3, 1])
+    assert rows[0]["bits_per_byte"] == pytest.approx(nats.sum() / nbytes.sum() / math.log(2))
+    assert rows[0]["loss"] == pytest.approx(nats.mean(), rel=1e-6)
+    buckets = {r["position_bucket"]: r["bits_per_byte"] for r in rows[1:]}
+    assert math.isnan(buckets[0])  # nothing scored at position 0
+    assert buckets[1] == pytest.approx(nats[0] / 3 / math.log(2), rel=1e-6)
+    assert buckets[2] == pytest.approx(nats[1:].sum() / 6 / math.log(2), rel=1e-6)
+    plain = evaluate_model(model, _FixedTask(TARGETS, MASK), cfg, step=0, lengths=[4])
+    assert all(r["bits_per_byte"] is None for r in plain)
 
 
 @given(seed=st.integers(0, 2**32 - 1))

@@ -18,6 +18,7 @@ NAMES: Final[Mapping[str, str]] = {
     "accuracy": "accuracy",
     "exact_match": "exact match",
     "error_rate": "error rate (1 − accuracy)",
+    "bits_per_byte": "bits per byte (scored text)",
     "model.width": "width (d_model)",
     "n_params": "parameters",
     "n_params_non_embedding": "non-embedding parameters",

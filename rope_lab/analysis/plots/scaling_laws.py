@@ -21,7 +21,14 @@ from rope_lab.analysis.plots.style import hue_mapping, styled
 from rope_lab.analysis.query import QueryError
 from rope_lab.registry import PLOTS
 
-EVAL_METRICS: Final = ("loss", "perplexity", "accuracy", "exact_match", "error_rate")
+EVAL_METRICS: Final = (
+    "loss",
+    "perplexity",
+    "accuracy",
+    "exact_match",
+    "error_rate",
+    "bits_per_byte",
+)
 
 
 def scaling_data(

@@ -1,0 +1,281 @@
+"""``rope-lab corpus prepare``: tokenize text sources once into a corpus folder that
+``lm_tokens`` memory-maps.
+
+The documents (:mod:`rope_lab.corpus.sources`) are split whole between train and eval: the
+``--eval`` sources, or the last documents holding ``--eval-fraction`` of the text (default
+0.1). Each split's token stream is its documents in order, each followed by the document
+separator ``"\\n\\n"`` (encoded by the tokenizer), so a bytes corpus of ``builtin:python-docs``
+is ``lm_text``'s text of it plus one trailing separator. Written into a hidden sibling folder
+and renamed into place, so an interrupted run leaves no half-written corpus; a folder whose
+``meta.json`` has the same fingerprint (format, tokenizer, sources' hashes, split) is left
+untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from rope_lab.corpus import tokenizers as toks
+from rope_lab.corpus.meta import FORMAT, SPLIT_FILES, check_sizes, read_meta
+from rope_lab.corpus.sources import CorpusError, describe, documents, expand
+from rope_lab.runtime.atomic import fsync_dir
+
+SEPARATOR = "\n\n"
+DEFAULT_EVAL_FRACTION = 0.1
+CHUNK_BYTES = 4 << 20  # text per encode call
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What :func:`prepare` did (``status``: "written", "replaced" or "unchanged") and the
+    corpus' meta.json."""
+
+    status: str
+    folder: Path
+    meta: dict[str, Any]
+
+
+def fingerprint(
+    tokenizer: str, files: Sequence[str], eval_files: Sequence[str] | None, fraction: float | None
+) -> tuple[str, dict[str, Any]]:
+    """sha256 of what decides the corpus' bytes, and the record it hashes (the sources' names,
+    hashes and sizes, the tokenizer spec or file hash, the split)."""
+    kind, _ = toks.parse_spec(tokenizer)
+    tok_id = (
+        hashlib.sha256(Path(tokenizer).read_bytes()).hexdigest() if kind == "file" else tokenizer
+    )
+    record = {
+        "format": FORMAT,
+        "tokenizer": tok_id,
+        "train_sources": [describe(f).__dict__ for f in files],
+        "eval_sources": None if eval_files is None else [describe(f).__dict__ for f in eval_files],
+        "eval_fraction": fraction,
+        "separator": SEPARATOR,
+    }
+    blob = json.dumps(record, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest(), record
+
+
+def split_documents(docs: list[str], fraction: float) -> tuple[list[str], list[str]]:
+    """(train, eval): the last documents whose UTF-8 bytes first reach ``fraction`` of the total
+    are eval; at least one document each (CorpusError naming the count otherwise)."""
+    if len(docs) < 2:
+        raise CorpusError(
+            f"--eval-fraction needs at least 2 documents to split whole, the sources hold "
+            f"{len(docs)} (give more files, a file with blank-line-separated sections, or --eval)"
+        )
+    sizes = [len(d.encode()) for d in docs]
+    target, held, cut = fraction * sum(sizes), 0, len(docs)
+    while cut > 1 and held < target:
+        cut -= 1
+        held += sizes[cut]
+    return docs[:cut], docs[cut:]
+
+
+def prepare(
+    sources: Sequence[str],
+    out: str | Path,
+    tokenizer: str,
+    *,
+    eval_sources: Sequence[str] | None = None,
+    eval_fraction: float | None = None,
+    progress: bool = True,
+) -> Prepared:
+    """Tokenize ``sources`` into ``out`` (train.bin, eval.bin, tokenizer.json, meta.json);
+    nothing is written when ``out`` already holds this corpus. CorpusError for an input error."""
+    out = Path(out)
+    if eval_sources is not None and eval_fraction is not None:
+        raise CorpusError("give --eval or --eval-fraction, not both")
+    if eval_sources is None:
+        eval_fraction = DEFAULT_EVAL_FRACTION if eval_fraction is None else eval_fraction
+        if not 0.0 < eval_fraction < 1.0:
+            raise CorpusError(f"--eval-fraction must be in (0, 1), got {eval_fraction}")
+    kind, bpe_size = toks.parse_spec(tokenizer)
+    files = expand(sources)
+    eval_files = None if eval_sources is None else expand(eval_sources)
+    fp, record = fingerprint(tokenizer, files, eval_files, eval_fraction)
+    status = "written"
+    if (out / "meta.json").is_file():
+        try:
+            old = read_meta(out)
+            if old["fingerprint"] == fp:
+                check_sizes(out, old)
+                return Prepared("unchanged", out, old)
+        except CorpusError:
+            pass
+        status = "replaced"
+
+    train_docs = list(documents(files))
+    if eval_files is None:
+        assert eval_fraction is not None
+        train_docs, eval_docs = split_documents(train_docs, eval_fraction)
+    else:
+        eval_docs = list(documents(eval_files))
+    for split, docs, names in (("train", train_docs, files), ("eval", eval_docs, eval_files)):
+        if not any(d.strip() for d in docs):
+            raise CorpusError(f"empty corpus: the {split} sources {names or files} hold no text")
+
+    if kind == "bytes":
+        tok = toks.bytes_tokenizer()
+    elif kind == "bpe":
+        assert bpe_size is not None
+        tok = toks.train_bpe(train_docs, bpe_size)
+    else:
+        tok = toks.load_file(tokenizer)
+    vocab_size = int(tok.get_vocab_size())
+    dtype = toks.dtype_for(vocab_size)
+    lengths = toks.token_byte_lengths(tok)
+
+    tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex}")
+    tmp.mkdir(parents=True)
+    try:
+        counts: dict[str, Any] = {}
+        total = sum(len(d.encode()) + len(SEPARATOR) for d in (*train_docs, *eval_docs))
+        with _progress(total, progress) as bar:
+            for split, docs in (("train", train_docs), ("eval", eval_docs)):
+                with open(tmp / SPLIT_FILES[split], "xb") as f:
+                    counts[split] = _write_split(f, docs, tok, kind, dtype, lengths, bar)
+        (tmp / "tokenizer.json").write_text(toks.tokenizer_json(tok))
+        meta = {
+            "format": FORMAT,
+            "dtype": dtype.str,
+            "vocab_size": vocab_size,
+            **{f"{s}_{k}": v for s, c in counts.items() for k, v in c.items() if k != "exact"},
+            "document_separator": SEPARATOR,
+            "document_unit": "file; page of a built-in corpus; blank-line section of a lone file",
+            "bytes_per_token_exact": all(c["exact"] for c in counts.values()),
+            "tokenizer": {"spec": tokenizer, "sha256": toks.tokenizer_hash(tok)},
+            "sources": record["train_sources"],
+            "eval_sources": record["eval_sources"],
+            "eval_fraction": eval_fraction,
+            "fingerprint": fp,
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+        for p in tmp.iterdir():
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+        _swap_in(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return Prepared(status, out, meta)
+
+
+def _write_split(
+    f: BinaryIO, docs: list[str], tok: Any, kind: str, dtype: np.dtype, lengths: np.ndarray, bar
+) -> dict[str, Any]:
+    """Encode ``docs`` (each followed by the separator) into ``f``: token, byte and document
+    counts, and whether the tokens' byte lengths add up to the text's bytes."""
+    tokens = nbytes = counted = 0
+    chunk: list[str] = []
+    size = 0
+
+    def flush() -> None:
+        nonlocal tokens, counted
+        ids = np.concatenate(toks.encode(tok, chunk, kind)) if chunk else np.zeros(0, np.int64)
+        f.write(ids.astype(dtype).tobytes())
+        tokens += ids.size
+        counted += int(lengths[ids].sum())
+
+    for doc in docs:
+        chunk += [doc, SEPARATOR]
+        n = len(doc.encode()) + len(SEPARATOR)
+        size += n
+        nbytes += n
+        bar(n)
+        if size >= CHUNK_BYTES:
+            flush()
+            chunk, size = [], 0
+    flush()
+    return {"tokens": tokens, "bytes": nbytes, "documents": len(docs), "exact": counted == nbytes}
+
+
+class _progress:
+    """A bytes progress bar on stderr: tqdm when installed, else a counter every 10%."""
+
+    def __init__(self, total: int, show: bool) -> None:
+        self.total, self.show, self.done, self.shown = total, show, 0, 0
+        self.bar = None
+        if show:
+            try:
+                from tqdm import tqdm
+
+                self.bar = tqdm(
+                    total=total, unit="B", unit_scale=True, desc="tokenizing", file=sys.stderr
+                )
+            except ImportError:
+                pass
+
+    def __enter__(self) -> Callable[[int], None]:
+        return self.update
+
+    def update(self, n: int) -> None:
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+        elif self.show and self.done * 10 >= (self.shown + 1) * self.total:
+            self.shown = self.done * 10 // max(self.total, 1)
+            print(f"tokenizing: {self.done:,} / {self.total:,} bytes", file=sys.stderr)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _swap_in(tmp: Path, out: Path) -> None:
+    """Rename the finished ``tmp`` folder to ``out``; an old ``out`` is moved aside first and
+    removed after, so ``out`` is at every moment absent, the old corpus or the new one."""
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex}")
+        os.replace(out, old)
+    os.replace(tmp, out)
+    fsync_dir(out.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def write_ids(
+    out: str | Path, train: np.ndarray, held_out: np.ndarray, vocab_size: int = 256
+) -> Path:
+    """A corpus folder from token ids made elsewhere (train (n,), eval (m,)), with the bytes
+    tokenizer's ``tokenizer.json`` (so ``vocab_size`` 256; bits per byte = loss / ln 2): for
+    tests and benchmarks that need a token file of a given size without tokenizing text."""
+    out = Path(out)
+    dtype = toks.dtype_for(vocab_size)
+    tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex}")
+    tmp.mkdir(parents=True)
+    try:
+        for split, ids in (("train", train), ("eval", held_out)):
+            np.asarray(ids).astype(dtype).tofile(tmp / SPLIT_FILES[split])
+        (tmp / "tokenizer.json").write_text(toks.tokenizer_json(toks.bytes_tokenizer()))
+        meta = {
+            "format": FORMAT,
+            "dtype": dtype.str,
+            "vocab_size": vocab_size,
+            "train_tokens": int(train.size),
+            "eval_tokens": int(held_out.size),
+            "train_bytes": int(train.size),
+            "eval_bytes": int(held_out.size),
+            "document_separator": SEPARATOR,
+            "tokenizer": {"spec": "bytes", "sha256": ""},
+            "sources": [],
+            "fingerprint": "",
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+        _swap_in(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
