@@ -83,13 +83,14 @@ MEASUREMENT_COLUMNS: Final = frozenset(
         "accuracy",
         "exact_match",
         "error_rate",
+        "bits_per_byte",
         "value",
         "grad_norm",
         "lr",
         "tokens_per_s",
     }
 )
-LOWER_IS_BETTER: Final = frozenset({"loss", "perplexity", "error_rate"})
+LOWER_IS_BETTER: Final = frozenset({"loss", "perplexity", "error_rate", "bits_per_byte"})
 
 
 # Language-model tasks (every position scored, no single right answer): read by loss. A task's

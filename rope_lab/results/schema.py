@@ -37,6 +37,7 @@ EVAL_SCHEMA: Final = pl.Schema(
         "perplexity": pl.Float64(),
         "accuracy": pl.Float64(),
         "exact_match": pl.Float64(),
+        "bits_per_byte": pl.Float64(),  # text tasks: loss x tokens / bytes / ln 2; else null
         "position_bucket": pl.Int64(),  # null: whole sequence; else bucket start position
         "sequences_per_forward": pl.Int64(),  # eval batch split to fit eval.memory_budget_mb
         "mode": pl.String(),  # null: teacher forced; "decode": answers generated (decode_eval)
