@@ -52,6 +52,7 @@ def test_execution_settings_do_not_change_the_trial_id():
     changed = {
         "model.attention": "blocked",
         "train.devices": 2,
+        "train.shard_params": True,
         "eval.pad_to_longest": True,
         "eval.memory_budget_mb": 1.0,
         "ntk.chunk_size": 3,

@@ -30,6 +30,9 @@ class TrainConfig:
 
     `devices`: train data-parallel over this many local devices (None: all of them); the batch
     is split over them, so `batch_size` must be a multiple of the device count.
+    `shard_params`: split parameters and optimiser state over those devices too (fully sharded
+    data parallelism, `rope_lab.trial.parallel.shard`) instead of a whole copy on each; the same
+    numbers to float rounding, so trial ids leave it out.
     `pose_target_length`: train with PoSE (Zhu et al. 2024): each sequence of `length` tokens
     is cut into `pose_chunks` chunks whose position ids are shifted by skips drawn uniformly,
     so they cover [0, pose_target_length) (None: contiguous positions 0..length-1).
@@ -54,6 +57,7 @@ class TrainConfig:
     checkpoint_every: int = 0
     eval_every: int = 0
     devices: int | None = None
+    shard_params: bool = False
     pose_target_length: int | None = None
     pose_chunks: int = 2
     regime: str = "rich"

@@ -37,6 +37,7 @@ def trial_id(cfg: TrialConfig) -> str:
 EXECUTION_FIELDS = (
     "model.attention",
     "train.devices",
+    "train.shard_params",
     "eval.pad_to_longest",
     "eval.memory_budget_mb",
     "ntk.chunk_size",

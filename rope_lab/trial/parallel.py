@@ -4,6 +4,11 @@ A 1-D mesh with axis "data" spans the devices a trial uses. The batch (leading a
 over "data"; parameters, optimiser state, frozen buffers and task operands are replicated. XLA's
 SPMD partitioner inserts the gradient all-reduce. One device is the same code path with a
 1-device mesh, so single- and multi-device runs compile the same program up to partitioning.
+
+With `train.shard_params` (fully sharded data parallelism), parameters and optimiser state are
+split over the same "data" axis instead (`shard`, `constrain_sharded`): each array along its
+largest axis that the device count divides (`leaf_sharding`), so each device holds about 1/n
+of them; XLA gathers a weight where a layer needs it whole and reduce-scatters its gradient.
 """
 
 from __future__ import annotations
@@ -79,6 +84,53 @@ def replicate(tree: Tree, mesh: Mesh, *, copy: bool = False) -> Tree:
     return jax.tree.map(put, tree)
 
 
+def leaf_sharding(x: Any, mesh: Mesh) -> NamedSharding:
+    """The sharded layout of one array `x` (any shape): its largest axis that the mesh's device
+    count divides (the first among equals) split over "data"; whole on every device when no
+    axis divides (scalars, odd sizes) or the mesh has one device."""
+    n = mesh.devices.size
+    shape = tuple(getattr(x, "shape", ()))
+    divisible = [i for i, size in enumerate(shape) if size >= n and size % n == 0]
+    if n == 1 or not divisible:
+        return replicated(mesh)
+    axis = max(divisible, key=lambda i: (shape[i], -i))
+    spec = [None] * len(shape)
+    spec[axis] = DATA_AXIS
+    return NamedSharding(mesh, P(*spec))
+
+
+def shard(tree: Tree, mesh: Mesh, *, copy: bool = False) -> Tree:
+    """Put every array leaf of `tree` on `mesh` in its `leaf_sharding` (non-arrays untouched);
+    `copy` as in `replicate`."""
+    may_alias = False if copy else None
+
+    def put(x: Any) -> Any:
+        return (
+            jax.device_put(x, leaf_sharding(x, mesh), may_alias=may_alias) if eqx.is_array(x) else x
+        )
+
+    return jax.tree.map(put, tree)
+
+
+def constrain_sharded(tree: Tree, mesh: Mesh) -> Tree:
+    """Inside jit: keep every array leaf in its `leaf_sharding` (parameters, optimiser state)."""
+
+    def keep(x: Any) -> Any:
+        return jax.lax.with_sharding_constraint(x, leaf_sharding(x, mesh)) if eqx.is_array(x) else x
+
+    return jax.tree.map(keep, tree)
+
+
+def bytes_per_device(tree: Any) -> dict[int, int]:
+    """Bytes of `tree`'s array leaves held on each device (device id -> bytes), from the
+    arrays' own shards."""
+    held: dict[int, int] = {}
+    for x in jax.tree.leaves(eqx.filter(tree, eqx.is_array)):
+        for piece in x.addressable_shards:
+            held[piece.device.id] = held.get(piece.device.id, 0) + piece.data.nbytes
+    return held
+
+
 def constrain_batch(tree: Tree, mesh: Mesh) -> Tree:
     """Inside jit: split the leading (batch) axis of every array leaf over "data"."""
     sharding = batch_sharding(mesh)
@@ -98,12 +150,16 @@ def constrain_replicated(tree: Tree, mesh: Mesh) -> Tree:
 __all__ = [
     "DATA_AXIS",
     "batch_sharding",
+    "bytes_per_device",
     "constrain_batch",
     "constrain_replicated",
+    "constrain_sharded",
     "data_mesh",
+    "leaf_sharding",
     "replicate",
     "replicated",
     "resolve_devices",
+    "shard",
 ]
 
 

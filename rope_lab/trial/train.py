@@ -37,9 +37,11 @@ from rope_lab.trial.parallel import (
     batch_sharding,
     constrain_batch,
     constrain_replicated,
+    constrain_sharded,
     data_mesh,
     replicate,
     resolve_devices,
+    shard,
     to_default_device,
 )
 
@@ -87,7 +89,8 @@ def train_step_body(
     metrics)`: sample a (batch_size, length) batch from `key`, one optimiser update.
 
     With `mesh`, the sampled batch and positions (B, L) are split over its "data" axis and the
-    new parameters and optimiser state are kept replicated (see `rope_lab.trial.parallel`).
+    new parameters and optimiser state are kept replicated, or sharded over it with
+    `train.shard_params` (see `rope_lab.trial.parallel`).
     `metrics` holds scalar `loss` and `grad_norm`. `rope_lab.trial.ensemble` vmaps this body.
     With `pose` and `train.pose_target_length` set, positions are PoSE's
     (`rope_lab.model.positions.pose`), else `batch_positions`'s.
@@ -95,6 +98,7 @@ def train_step_body(
     batch_size = cfg.train.batch_size
     use_pose = pose and cfg.train.pose_target_length is not None
     positions_of = pose_batch_positions if use_pose else batch_positions
+    keep_state = constrain_sharded if cfg.train.shard_params else constrain_replicated
 
     def step(static, params, opt_state, key, operands):
         data_key, pos_key = jax.random.split(key)
@@ -110,7 +114,7 @@ def train_step_body(
         updates, opt_state = optimizer.update(grads, opt_state, params)
         params = eqx.apply_updates(params, updates)
         if mesh is not None:
-            params, opt_state = constrain_replicated((params, opt_state), mesh)
+            params, opt_state = keep_state((params, opt_state), mesh)
         return params, opt_state, {"loss": loss, "grad_norm": optax.tree.norm(grads)}
 
     return step
@@ -192,9 +196,10 @@ def train(
     optimizer = make_optimizer(sched_cfg, model, lr)
     params, static = eqx.partition(model, trainable(model))
     # The step donates its inputs: copy the caller's parameters (its opt_state is consumed).
-    params = replicate(params, mesh, copy=True)
+    place = shard if tc.shard_params else replicate
+    params = place(params, mesh, copy=True)
     static = replicate(static, mesh)
-    opt_state = replicate(optimizer.init(params) if opt_state is None else opt_state, mesh)
+    opt_state = place(optimizer.init(params) if opt_state is None else opt_state, mesh)
     # A host-fed task (lm_tokens) gathers each step's windows from disk instead (below).
     operands = None if task.host_fed else replicate(task.operands(), mesh)
     guard = TraceGuard("train_step")
