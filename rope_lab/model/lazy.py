@@ -91,8 +91,9 @@ class Linearized(eqx.Module):
     def __init__(self, network: eqx.Module):
         for f in dataclasses.fields(self.base):
             setattr(self, f.name, getattr(network, f.name))
-        leaves = tuple(jax.tree.leaves(eqx.filter(network, trainable(network))))
-        self.theta0 = Frozen(leaves)  # type: ignore[arg-type]
+        # copies: theta_0 must not share buffers with theta, which a train step donates
+        leaves = jax.tree.leaves(eqx.filter(network, trainable(network)))
+        self.theta0 = Frozen(tuple(jnp.array(x, copy=True) for x in leaves))  # type: ignore[arg-type]
 
     def network(self) -> Any:
         """The plain network at theta with this model's buffers and static fields."""

@@ -8,6 +8,11 @@ from rope_lab.sweep.spec import SweepSpec, axis_assignments, format_value
 from rope_lab.trial.scaling_plan import finetune_scalings, scalings_for
 from rope_lab.trial.stage_plan import trial_stages
 
+# A lazy trial's cost over a rich one's (`estimate_cost`; benchmarks/lazy_step.py): a train
+# step (forward jvp + its transpose) and an evaluation forward (primal + tangent)
+LAZY_STEP = 1.4
+LAZY_FORWARD = 2.2
+
 
 def _matmul_params(trial: TrialConfig) -> int:
     """Weights of the matmuls: blocks (4 D^2 attention + k D M MLP each) and the readout D V."""
@@ -90,6 +95,12 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
     method x factor for RoPE, and again after fine-tuning); ntk_flops is the empirical-NTK
     tracking (`ntk_flops`). total_flops = train + fine-tune + eval + NTK. stages: `n_stages`.
     Periodic hooks other than the NTK tracking are not counted.
+    A lazy trial (`train.regime: lazy`) runs one `jax.jvp` of the network per forward and the
+    transpose of that jvp per backward: measured against the rich step in the same run
+    (`benchmarks/lazy_step.py`, RESULTS.md: width 64 and 128, depth 2, L 64, CPU), a lazy
+    train step took 1.42x / 1.41x a rich one and a lazy evaluation forward 2.32x / 1.98x a
+    rich one, so its train, fine-tune and NTK FLOPs are counted x LAZY_STEP (a gradient pass
+    through the jvp) and its eval FLOPs x LAZY_FORWARD.
     A model family with its own counts (`FamilyConfig.cost`) gives its parameters and F(L):
     the CNN's N counts its convolutions (k D^2 per layer, as a matmul over the k taps), MLPs and
     readout, and F(L) = 2 N L (no attention); receptive_field is its window (0 for attention,
@@ -141,6 +152,14 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
         "ntk_flops": ntk_flops(trial),
         "receptive_field": m.receptive_field or 0,
     }
+    if tr.regime == "lazy":
+        for key, factor in (
+            ("train_flops", LAZY_STEP),
+            ("finetune_flops", LAZY_STEP),
+            ("ntk_flops", LAZY_STEP),
+            ("eval_flops", LAZY_FORWARD),
+        ):
+            cost[key] = round(cost[key] * factor)
     cost["total_flops"] = (
         cost["train_flops"] + cost["finetune_flops"] + cost["eval_flops"] + cost["ntk_flops"]
     )

@@ -160,3 +160,22 @@ def test_lazy_trial_through_the_pipeline(tmp_path):
     ntk = read_trial_table(folder, "ntk").to_dicts()
     drift = [r["value"] for r in ntk if r["metric"] == "relative_change" and r["step"] > 0]
     assert drift and max(drift) < 1e-5, drift
+
+
+def test_sweep_plan_counts_a_lazy_trial_at_its_measured_factors():
+    """Parameters as the network's (theta only: theta_0 is frozen); train, fine-tune and NTK
+    FLOPs x LAZY_STEP, eval FLOPs x LAZY_FORWARD (benchmarks/lazy_step.py)."""
+    from rope_lab.model.transformer import count_params
+    from rope_lab.sweep.plan import LAZY_FORWARD, LAZY_STEP, estimate_cost
+
+    extra = {"eval.finetune_steps": 2, "eval.methods": ("linear",), "eval.factors": (2.0,)}
+    rich = estimate_cost(replace(lazy_trial("rich"), **extra))
+    lazy_cfg = replace(lazy_trial("lazy"), **extra)
+    lazy = estimate_cost(lazy_cfg)
+    assert lazy["n_params"] == rich["n_params"] == count_params(make_model(lazy_cfg))
+    assert rich["finetune_flops"] > 0 and rich["ntk_flops"] > 0
+    for key in ("train_flops", "finetune_flops", "ntk_flops"):
+        assert lazy[key] == round(LAZY_STEP * rich[key])
+    assert lazy["eval_flops"] == round(LAZY_FORWARD * rich["eval_flops"])
+    total = sum(lazy[k] for k in ("train_flops", "finetune_flops", "eval_flops", "ntk_flops"))
+    assert lazy["total_flops"] == total
