@@ -4,18 +4,20 @@ products, reverse mode, no jvp), the expansion of the scaled network under a sca
 registered encoding's model against central finite differences, and its NTK: constant in theta
 and equal to the network's NTK at initialisation."""
 
+import dataclasses
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rope_lab.config import replace, validate
+from rope_lab.config import ModelConfig, replace, validate
 from rope_lab.model.factory import make_model
-from rope_lab.model.lazy import LazyTransformer, linearize
+from rope_lab.model.lazy import LazyTransformer, Linearized, linearize
 from rope_lab.model.transformer import Transformer, trainable, with_scaling, with_temperature
 from rope_lab.ntk.kernels import sequence_kernel
-from rope_lab.registry import POSITIONS
+from rope_lab.registry import MODELS, POSITIONS
 from tests.helpers import tiny_trial
 
 V, L = 24, 8
@@ -219,3 +221,18 @@ def test_lazy_config_checks_and_ids():
     rich = make_model(replace(lazy_trial(), **{"train.regime": "rich"}))
     assert isinstance(rich, Transformer) and not isinstance(rich, LazyTransformer)
     assert linearize(plain(make_model(lazy_trial()))).config.attention == "reference"
+
+
+@pytest.mark.parametrize("family", MODELS.names())
+def test_every_model_family_has_its_lazy_twin(family):
+    """`linearize` works on any registered family's network (a subclass of its own class):
+    f_lin(theta_0) = f(theta_0) and f_lin(theta_0 + d) - f(theta_0) = J d."""
+    cfg = tiny_trial("none", width=32, depth=2, length=L, regime="lazy")
+    cfg = dataclasses.replace(cfg, model=ModelConfig(width=32, depth=2, family=family))
+    lazy = make_model(validate(replace(cfg, **{"eval.length_multipliers": (1.0, 2.0)})))
+    assert isinstance(lazy, Linearized) and isinstance(lazy, lazy.base)
+    net0 = plain(lazy)
+    f0 = np.asarray(run(net0, TOKENS), np.float64)
+    np.testing.assert_allclose(run(lazy, TOKENS), f0, rtol=0, atol=2e-6)
+    there, d = moved(lazy, 0.05)
+    assert_first_order(np.asarray(run(there, TOKENS), np.float64), f0, net0, d, TOKENS)
