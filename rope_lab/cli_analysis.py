@@ -65,7 +65,7 @@ def load_table(run_dirs: list[Path], table: str, *, buckets: bool = False) -> An
     if table == "eval":
         return q.eval_table(res, whole_sequence=not buckets, mode="all")
     if table == "ntk":
-        return q.ntk_table(res)
+        return q.ntk_table(res, kernel=None)  # the NTK's rows and the NNGP's
     if table == "train":
         return res.with_config("train").collect()
     if table == "trials":
@@ -116,7 +116,7 @@ def write_table(frame: Any, fmt: str, output: Path | None) -> str | None:
 TABLE_VIEW: Final = {
     "eval": ("label", "finetune_steps", "length", "position_bucket", "loss", "accuracy",
              "exact_match"),
-    "ntk": ("label", "step", "probe_length", "group", "metric", "value"),
+    "ntk": ("label", "kernel", "step", "probe_length", "group", "metric", "value"),
     "train": ("step", "loss", "grad_norm", "lr"),
     "trials": ("trial_id", "status", "wall_time_s", "n_params"),
 }  # fmt: skip

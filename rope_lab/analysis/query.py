@@ -190,9 +190,12 @@ def eval_table(
     return lf.with_columns(extra).collect()
 
 
-def ntk_table(source: Source) -> pl.DataFrame:
-    """NTK rows (long format) joined with their trial config, plus ``label``."""
+def ntk_table(source: Source, *, kernel: str | None = "ntk") -> pl.DataFrame:
+    """NTK rows (long format) joined with their trial config, plus ``label``: the rows of
+    ``kernel`` ("ntk", the empirical NTK; "nngp", the NNGP at initialisation; None: both)."""
     lf = results_of(source).with_config("ntk")
+    if kernel is not None:
+        lf = lf.filter(pl.col("kernel") == kernel)
     return lf.with_columns(label_expr(lf.collect_schema().names(), as_trained="none")).collect()
 
 

@@ -25,6 +25,10 @@ class NTKConfig:
     `pad_to_longest`: run every probe set through one compiled gradient program at the longest
     probe length (exact for a causal model): fewer compilations, more compute per NTK step; pays
     off for tiny, compile-dominated trials (the smoke sweep), not at research sizes.
+    `ridge`: of the coverage and of kernel regression (`rope_lab.ntk.predictions`), in units of
+    the mean diagonal of the kernel it regularises. `nngp_samples` K > 0: the empirical NNGP
+    kernel E_theta[f(x) f(x')] at initialisation over K fresh initialisations, on the same
+    probes, written at step 0 with `kernel` "nngp" (`rope_lab.ntk.nngp`); 0: off.
     """
 
     enabled: bool = True
@@ -38,6 +42,7 @@ class NTKConfig:
     pad_to_longest: bool = False
     ridge: float = 1e-3
     seed: int = 4321
+    nngp_samples: int = 0
 
 
 def check_ntk(cfg: TrialConfig) -> None:
@@ -49,6 +54,8 @@ def check_ntk(cfg: TrialConfig) -> None:
     for name in ("probes", "chunk_size", "position_probes"):
         check_positive(getattr(nk, name), f"ntk.{name}")
     check_positive(nk.ridge, "ntk.ridge")
+    if nk.nngp_samples < 0:
+        raise ConfigError(f"ntk.nngp_samples: must be >= 0, got {nk.nngp_samples!r}")
     for i, mult in enumerate(nk.probe_multipliers):
         if mult < 1:
             raise ConfigError(f"ntk.probe_multipliers[{i}]: must be >= 1, got {mult!r}")

@@ -41,7 +41,6 @@ build, `jit(vmap(vjp))` of an already batched function is miscompiled for large 
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,10 +48,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array
 
 from rope_lab.model.transformer import trainable
 from rope_lab.ntk.metrics import cosine, relative_change
+from rope_lab.ntk.outputs import masked_outputs, output_spec
 
 GROUPS = ("embedding", "attention_qk", "attention_vo", "mlp", "norms", "head")  # a Transformer's
 # every group of every model family, in kernel order: a CNN (`model.cnn`) has conv, no attention
@@ -89,43 +89,21 @@ def _leaf_groups(params: eqx.Module) -> tuple[str, ...]:
     return tuple(param_group(jax.tree_util.keystr(path)) for path, _ in leaves)
 
 
-def _output_spec(model, output) -> tuple[str, Array | None]:
-    if isinstance(output, str):
-        if output not in ("trace", "target"):
-            raise ValueError(f"output: expected 'trace', 'target' or a (V,) array, got {output!r}")
-        return output, None
-    u = jnp.asarray(output, jnp.float32)
-    if u.shape != (model.vocab_size,):
-        raise ValueError(f"output: u must have shape ({model.vocab_size},), got {u.shape}")
-    return "vector", u
-
-
-def _outputs(
-    logits: Float[Array, "L V"], tokens: Array, masks: Float[Array, "R L"], kind: str, u
-) -> Float[Array, "R C"]:
-    """Masked sums of the per-position outputs: (R, V) for "trace", else (R, 1)."""
-    scale = 1.0 / math.sqrt(logits.shape[-1])
-    if kind == "trace":
-        return (masks @ logits) * scale
-    if kind == "vector":
-        return ((masks @ logits) @ u * scale)[:, None]
-    following = jnp.sum(logits[:-1] * jax.nn.one_hot(tokens[1:], logits.shape[-1]), axis=1)
-    return (masks[:, :-1] @ following)[:, None]
-
-
 @eqx.filter_jit
 def _features(params, static, tokens, positions, masks, kind: str, u) -> list[Array]:
     """Gradient features of a chunk: tokens/positions (B, L), masks (B, R, L) -> one
-    (B R, C p_leaf) array per leaf."""
+    (B R, C p_leaf) array per leaf, then the outputs y (B R, C) themselves."""
     TRACES["features"] += 1
     batch, rows = masks.shape[:2]
 
     def one(tok, pos, m):
         def out(p):
-            return _outputs(eqx.combine(p, static)(tok, pos), tok, m, kind, u)
+            y = masked_outputs(eqx.combine(p, static)(tok, pos), tok, m, kind, u)
+            return y, y
 
-        jac = jax.jacrev(out)(params)  # leaves (R, C, *shape): one forward, R C backward passes
-        return [leaf.reshape(rows, -1) for leaf in jax.tree.leaves(jac)]
+        # leaves (R, C, *shape): one forward, R C backward passes; y (R, C) from that forward
+        jac, y = jax.jacrev(out, has_aux=True)(params)
+        return [leaf.reshape(rows, -1) for leaf in jax.tree.leaves(jac)] + [y]
 
     return [f.reshape(batch * rows, -1) for f in jax.vmap(one)(tokens, positions, masks)]
 
@@ -135,15 +113,17 @@ class GradientFeatures:
     """Gradient features of N sequences x R output masks, computed once and contracted often.
 
     `leaves[k]` is a host float32 array (N R, C p_k) for parameter leaf k (row n R + r: sequence
-    n, mask r; C = V for "trace", else 1), `groups[k]` its parameter group. Rows are linear in
-    the masks, so `combine` gives features of other masks (e.g. head = all - tail) without new
-    gradients. Contractions are BLAS matmuls on the host: no per-shape XLA compilations.
+    n, mask r; C = V for "trace", else 1), `groups[k]` its parameter group; `values` (N R, C)
+    the outputs F_r themselves (None where not computed). Rows are linear in the masks, so
+    `combine` gives features of other masks (e.g. head = all - tail) without new gradients.
+    Contractions are BLAS matmuls on the host: no per-shape XLA compilations.
     """
 
     leaves: tuple[np.ndarray, ...]
     groups: tuple[str, ...]
     n: int
     rows: int
+    values: np.ndarray | None = None
 
     def combine(self, weights) -> GradientFeatures:
         """Features of new masks sum_r w_{r'r} m_r: weights (R', R) -> (N R', ...) features."""
@@ -152,9 +132,10 @@ class GradientFeatures:
             np.einsum("sr,nrp->nsp", w, leaf.reshape(self.n, self.rows, -1)).reshape(
                 self.n * w.shape[0], -1
             )
-            for leaf in self.leaves
+            for leaf in (*self.leaves, *([] if self.values is None else [self.values]))
         ]
-        return GradientFeatures(tuple(mixed), self.groups, self.n, w.shape[0])
+        values = None if self.values is None else mixed.pop()
+        return GradientFeatures(tuple(mixed), self.groups, self.n, w.shape[0], values)
 
     def sqnorms(self) -> np.ndarray:
         """Squared feature norms (N, R), i.e. the kernel's diagonal Theta(row, row)."""
@@ -163,7 +144,7 @@ class GradientFeatures:
 
     def unblock(self, n: int, rows: int) -> GradientFeatures:
         """Features of `row_blocks` copies (n B sequences x b rows) as n sequences x `rows` rows
-        (the zero padding rows of the last block dropped)."""
+        (the zero padding rows of the last block dropped; `values` not kept)."""
         kept = (leaf.reshape(n, -1, leaf.shape[1])[:, :rows] for leaf in self.leaves)
         return GradientFeatures(tuple(x.reshape(n * rows, -1) for x in kept), self.groups, n, rows)
 
@@ -205,7 +186,8 @@ def _as_positions(tokens: np.ndarray, positions) -> np.ndarray:
 def gradient_features(
     model, tokens, *, masks=None, output="trace", positions=None, chunk_size: int | None = None
 ) -> GradientFeatures:
-    """Per-example gradients of F_r(x) = sum_i m_ri f_i(x) for tokens (N, L): (N R, C p) rows.
+    """Per-example gradients of F_r(x) = sum_i m_ri f_i(x) for tokens (N, L): (N R, C p) rows,
+    and the outputs F_r(x) themselves (`values`, (N R, C), from the same forward pass).
 
     `masks` (R, L) shared by every sequence or (N, R, L) per sequence (default: one all-ones
     mask, the sequence kernel's F); positions (L,) or (N, L) (default 0..L-1). One forward and
@@ -222,7 +204,7 @@ def gradient_features(
         raise ValueError(f"masks: expected (R, {length}) or ({n}, R, {length}), got {m.shape}")
     if chunk_size is not None and chunk_size < 1:
         raise ValueError(f"chunk_size: must be positive, got {chunk_size}")
-    kind, u = _output_spec(model, output)
+    kind, u = output_spec(model, output)
     params, static = eqx.partition(model, trainable(model))
     b = n if chunk_size is None else min(chunk_size, n)
     parts = []
@@ -233,8 +215,8 @@ def gradient_features(
             feats = _features(params, static, *args, kind, u)
             keep = min(b, n - start) * m.shape[1]
             parts.append([np.asarray(f)[:keep] for f in feats])
-    leaves = tuple(np.concatenate(column) for column in zip(*parts, strict=True))
-    return GradientFeatures(leaves, _leaf_groups(params), n, m.shape[1])
+    *leaves, values = (np.concatenate(column) for column in zip(*parts, strict=True))
+    return GradientFeatures(tuple(leaves), _leaf_groups(params), n, m.shape[1], values)
 
 
 def model_groups(groups: tuple[str, ...]) -> tuple[str, ...]:

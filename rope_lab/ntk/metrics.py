@@ -183,10 +183,16 @@ class Kernels:
     K_train (n, n) is the group's Theta(D_short, D_short); K_0 and K_prev the same at step 0
     and at the previous NTK step, `dt` steps before (None: not measured); diag_short (n,) the
     diagonal of the total K_train; y (n,) the kernel-target alignment targets (None: no readout
-    vector); ridge the coverage ridge in units of mean(diag_short). Rows of one long probe
-    length add K_cross (m, n) of the group, diag_long (m,) (total Theta(x, x) of the long
-    probes) and tail_cos / head_cos (m, n); shift rows add K_shift (n, n), the group's K_train
-    with every position offset by L_train.
+    vector); ridge the coverage and kernel-regression ridge in units of the mean diagonal of
+    the kernel it regularises. Rows of one long probe length add K_cross (m, n) of the group,
+    diag_long (m,) (total Theta(x, x) of the long probes) and tail_cos / head_cos (m, n);
+    shift rows add K_shift (n, n), the group's K_train with every position offset by L_train.
+
+    The output metrics (`rope_lab.ntk.predictions`, total kernel only) add K_tail (m, n)
+    = Theta(F_tail(x_long), F(x_short)), K_cross_0 and K_tail_0 (the same at step 0), the
+    outputs F(x_short) `out_short` (n, C) and of the long probes `out_long` (m, 2, C) (rows F
+    and F_tail, as the kernel rows), `out_short_0` / `out_long_0` at step 0, and
+    `region_sizes` (positions with an output before L_train, and from L_train on).
     """
 
     K_train: np.ndarray
@@ -201,6 +207,14 @@ class Kernels:
     tail_cos: np.ndarray | None = None
     head_cos: np.ndarray | None = None
     K_shift: np.ndarray | None = None
+    K_tail: np.ndarray | None = None
+    K_cross_0: np.ndarray | None = None
+    K_tail_0: np.ndarray | None = None
+    out_short: np.ndarray | None = None
+    out_short_0: np.ndarray | None = None
+    out_long: np.ndarray | None = None
+    out_long_0: np.ndarray | None = None
+    region_sizes: tuple[int, int] | None = None
 
 
 Rows = Literal["train", "cross", "shift"]
@@ -215,7 +229,8 @@ class Metric:
     for every parameter group as well as the total kernel (else the total only). `drift`: a
     "train" metric of how far the kernel moved, a default panel of the `ntk-drift` plot;
     `scaled`: a "cross" metric also measured (total kernel) under each RoPE scaling by the
-    scaling stages (`NTKTracker.under_scalings`).
+    scaling stages (`NTKTracker.under_scalings`); `nngp`: also written (total kernel, step 0)
+    for the NNGP kernel at initialisation when `ntk.nngp_samples` > 0 (`rope_lab.ntk.nngp`).
     """
 
     fn: Callable[[Kernels], float | None]
@@ -223,10 +238,13 @@ class Metric:
     per_group: bool
     drift: bool = False
     scaled: bool = False
+    nngp: bool = False
 
     def __post_init__(self) -> None:
         if self.drift and self.on != "train":
             raise ValueError(f"a drift metric is written on train rows, not {self.on!r}")
+        if self.drift and self.nngp:
+            raise ValueError("a drift metric moves with training; the NNGP is at initialisation")
         if self.scaled and self.on != "cross":
             raise ValueError(f"a metric under RoPE scalings is a cross metric, not {self.on!r}")
 
@@ -235,13 +253,19 @@ class Metric:
 
 
 def tracked(
-    name: str, on: Rows, per_group: bool = False, *, drift: bool = False, scaled: bool = False
+    name: str,
+    on: Rows,
+    per_group: bool = False,
+    *,
+    drift: bool = False,
+    scaled: bool = False,
+    nngp: bool = False,
 ):
     """Decorator registering fn(kernels) -> float | None as the NTK metric `name` (`drift`,
-    `scaled`: see `Metric`); the tracker writes the metrics in registration order."""
+    `scaled`, `nngp`: see `Metric`); the tracker writes the metrics in registration order."""
 
     def add(fn: Callable[[Kernels], float | None]) -> Callable[[Kernels], float | None]:
-        NTK_METRICS.register(name)(Metric(fn, on, per_group, drift, scaled))
+        NTK_METRICS.register(name)(Metric(fn, on, per_group, drift, scaled, nngp))
         return fn
 
     return add
@@ -257,13 +281,13 @@ def _from_init(k: Kernels) -> bool:
     return k.K_0 is not None and bool(np.linalg.norm(k.K_0) > 0)
 
 
-@tracked("k_train_mean", "train", per_group=True)
+@tracked("k_train_mean", "train", per_group=True, nngp=True)
 def _k_train_mean(k: Kernels) -> float:
     """Off-diagonal mean of K_train."""
     return _offdiag_mean(_f64(k.K_train))
 
 
-@tracked("k_train_cos_mean", "train")
+@tracked("k_train_cos_mean", "train", nngp=True)
 def _k_train_cos_mean(k: Kernels) -> float:
     """Off-diagonal mean of K_train's cosines K_ij / sqrt(K_ii K_jj)."""
     d = np.diag(k.K_train)
@@ -297,16 +321,16 @@ def _eig(k: Kernels, rank: int) -> float | None:
 
 
 for _rank in range(1, 6):
-    tracked(f"eig_{_rank}", "train")(functools.partial(_eig, rank=_rank))
+    tracked(f"eig_{_rank}", "train", nngp=True)(functools.partial(_eig, rank=_rank))
 
 
-@tracked("effective_rank", "train")
+@tracked("effective_rank", "train", nngp=True)
 def _effective_rank(k: Kernels) -> float:
     """effective_rank(K_train)."""
     return effective_rank(k.K_train)
 
 
-@tracked("alignment", "train")
+@tracked("alignment", "train", nngp=True)
 def _alignment(k: Kernels) -> float | None:
     """Centred kernel-target alignment of K_train with y; no row without y or for constant y."""
     if k.y is None or not np.std(k.y) > 0:
@@ -314,13 +338,13 @@ def _alignment(k: Kernels) -> float | None:
     return kernel_target_alignment(k.K_train, k.y)
 
 
-@tracked("k_cross_mean", "cross", per_group=True)
+@tracked("k_cross_mean", "cross", per_group=True, nngp=True)
 def _k_cross_mean(k: Kernels) -> float:
     """Mean of K_cross."""
     return float(np.mean(_given(k.K_cross)))
 
 
-@tracked("cross_train_ratio", "cross", per_group=True, scaled=True)
+@tracked("cross_train_ratio", "cross", per_group=True, scaled=True, nngp=True)
 def _cross_train_ratio(k: Kernels) -> float:
     """mean(K_cross) / off-diagonal mean(K_train).
 
@@ -329,45 +353,48 @@ def _cross_train_ratio(k: Kernels) -> float:
     return cross_train_ratio(_given(k.K_cross), k.K_train)["offdiag_ratio"]
 
 
-@tracked("cross_train_cos_ratio", "cross", scaled=True)
+@tracked("cross_train_cos_ratio", "cross", scaled=True, nngp=True)
 def _cross_train_cos_ratio(k: Kernels) -> float:
     """The same ratio for cosines (K_cross by diag_long and diag_short, K_train by its own)."""
     ratio = cross_train_ratio(_given(k.K_cross), k.K_train, _given(k.diag_long), k.diag_short)
     return ratio["cos_offdiag_ratio"]
 
 
-@tracked("k_cross_cos_mean", "cross", scaled=True)
+@tracked("k_cross_cos_mean", "cross", scaled=True, nngp=True)
 def _k_cross_cos_mean(k: Kernels) -> float:
     """Mean of K_cross / sqrt(diag_long diag_short^T)."""
     return float(np.mean(cosine(_given(k.K_cross), _given(k.diag_long), k.diag_short)))
 
 
-@tracked("coverage_mean", "cross")
+@tracked("coverage_mean", "cross", nngp=True)
 def _coverage_mean(k: Kernels) -> float:
     """Mean coverage of the long probes by the training span, ridge x mean(diag_short)."""
     lam = k.ridge * float(np.mean(k.diag_short))
     return float(np.mean(coverage(_given(k.K_cross), k.K_train, _given(k.diag_long), lam)))
 
 
-@tracked("tail_cos_mean", "cross", scaled=True)
+@tracked("tail_cos_mean", "cross", scaled=True, nngp=True)
 def _tail_cos_mean(k: Kernels) -> float:
     """Mean gradient cosine of a long probe's outputs at positions >= L_train."""
     return float(np.mean(_given(k.tail_cos)))
 
 
-@tracked("head_cos_mean", "cross")
+@tracked("head_cos_mean", "cross", nngp=True)
 def _head_cos_mean(k: Kernels) -> float:
     """Mean gradient cosine of a long probe's outputs at positions < L_train."""
     return float(np.mean(_given(k.head_cos)))
 
 
-@tracked("shift_invariance_error", "shift", per_group=True)
+@tracked("shift_invariance_error", "shift", per_group=True, nngp=True)
 def _shift_invariance_error(k: Kernels) -> float | None:
     """|K_shift - K_train|_F / |K_train|_F; no row where K_train is 0."""
     if not np.linalg.norm(k.K_train) > 0:
         return None
     return relative_change(_given(k.K_shift), k.K_train)
 
+
+# the metrics of the network's outputs (kernel regression, movement from init) register next
+from rope_lab.ntk import predictions as _predictions  # noqa: E402, F401
 
 __all__ = [
     "STAT_KEYS",

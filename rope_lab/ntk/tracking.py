@@ -12,6 +12,12 @@ at every long probe length (probe_length = that length), and shift-invariance er
 K_cross is also measured under each RoPE scaling by that scaling's stage (`under_scalings`; rows
 of the metrics registered with `scaled`, with `method`, `factor`, at the last step).
 
+The gradient pass's forward also gives the outputs F of every probe and mask row; they are
+kept with the kernels (step 0's on disk, read back on resume like K_0) for the output metrics
+(`rope_lab.ntk.predictions`: movement from step 0, kernel regression). With `ntk.nngp_samples`
+the NNGP at initialisation is written with the first NTK step (`nngp`, `rope_lab.ntk.nngp`).
+Every row carries `kernel`: "ntk", or "nngp" for the NNGP's.
+
 Cost: each NTK step takes one gradient pass over the short probes and one over each long probe
 set (two output masks, whole and tail, sharing a forward pass); every kernel and metric is a
 contraction of those features. A trial's tracking, the position kernels and the RoPE scalings
@@ -23,14 +29,12 @@ compute per NTK step). `rope_lab.ntk.plan` lists these steps and gradient passes
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import equinox as eqx
 import jax
 import numpy as np
 
@@ -45,10 +49,11 @@ from rope_lab.ntk.kernels import (
     row_blocks,
     total_kernel,
 )
+from rope_lab.ntk.nngp import nngp_kernels, nngp_keys, probe_outputs
 from rope_lab.ntk.plan import ntk_steps
+from rope_lab.ntk.probes import ProbeSets, draw_probes, readout, target_values
 from rope_lab.registry import NTK_METRICS
 from rope_lab.runtime.atomic import atomic_write
-from rope_lab.runtime.xla_options import FEW_CALLS
 from rope_lab.tasks import Task
 from rope_lab.trial.hooks import Hook, StepState
 from rope_lab.trial.scaling_plan import Scaling
@@ -60,49 +65,9 @@ LONG_KEYS = {
     "diag_long": "diag{}",
     "tail_cos": "tailcos{}",
     "head_cos": "headcos{}",
+    "K_tail": "tail{}/" + TOTAL,
+    "out_long": "out{}",
 }
-
-
-@dataclass
-class ProbeSets:
-    """Fixed probes: short (N, L_train) tokens and targets/masks, long[L] tokens."""
-
-    short: np.ndarray
-    short_targets: np.ndarray
-    short_mask: np.ndarray
-    long: dict[int, np.ndarray]
-
-
-def draw_probes(cfg: TrialConfig, task: Task) -> ProbeSets:
-    """Probe sets of a trial, drawn once with `ntk.seed` from its task's eval split."""
-    key = jax.random.PRNGKey(cfg.ntk.seed)
-    n, length = cfg.ntk.probes, cfg.train.length
-    operands = task.operands("eval")
-    # one program per length, not one per eager op; the operands are arguments, not constants
-    sample = eqx.filter_jit(task.sample_from, compiler_options=FEW_CALLS)  # type: ignore[call-overload]
-    short = sample(operands, n, length, key=jax.random.fold_in(key, length))
-    long = {
-        L: np.asarray(sample(operands, n, L, key=jax.random.fold_in(key, L)).tokens)
-        for L in cfg.ntk_lengths
-    }
-    return ProbeSets(
-        np.asarray(short.tokens), np.asarray(short.targets), np.asarray(short.mask), long
-    )
-
-
-def readout(cfg: TrialConfig) -> str | jax.Array:
-    """The `output` argument of the kernels: a fixed Gaussian u (V,), "trace" or "target"."""
-    if cfg.ntk.output == "random":
-        return jax.random.normal(jax.random.PRNGKey(cfg.ntk.seed + 1), (cfg.task.vocab_size,))
-    return cfg.ntk.output
-
-
-def _target_values(cfg: TrialConfig, probes: ProbeSets, output) -> np.ndarray | None:
-    """y for kernel-target alignment: the readout of a perfect model on each short probe."""
-    if isinstance(output, str):
-        return None
-    u = np.asarray(output) / math.sqrt(cfg.task.vocab_size)
-    return (u[probes.short_targets] * probes.short_mask).sum(axis=1)
 
 
 @dataclass
@@ -193,11 +158,13 @@ class NTKTracker:
         pass over the short probes and one (two masks) over each long probe set."""
         short = self._features(model, self.probes.short)
         out = {f"train/{g}": k for g, k in _with_total(feature_kernels(short, short)).items()}
+        out["out/train"] = np.asarray(short.values)  # F(x_short) (n, C)
         short_sq = np.diag(out[f"train/{TOTAL}"])
         for length in self.probes.long:
-            t = cross_tail_kernels(self._long_features(model, length), short, short_sq)
+            long = self._long_features(model, length)
+            t = cross_tail_kernels(long, short, short_sq)
             out |= {f"cross{length}/{g}": k for g, k in t["groups"].items()}
-            fields = _cross_fields(t)
+            fields = _cross_fields(t) | {"out_long": np.asarray(long.values).reshape(long.n, 2, -1)}
             out |= {key.format(length): fields[field] for field, key in LONG_KEYS.items()}
         return out
 
@@ -213,26 +180,52 @@ class NTKTracker:
         self.previous = (step, kernels)
         return rows
 
-    def _rows(self, k: dict[str, np.ndarray], step: int) -> list[dict]:
+    def _rows(self, k: dict[str, np.ndarray], step: int, kernel: str = "ntk") -> list[dict]:
         """Metric rows of one step's kernels `k`: the "train" metrics of every group, then the
-        "cross" metrics of every long probe length and group."""
-        L = self.cfg.train.length
+        "cross" metrics of every long probe length and group. `kernel` "nngp": `k` is the
+        NNGP's (total only, no reference step), its rows the metrics registered with `nngp`."""
+        L, ntk = self.cfg.train.length, kernel == "ntk"
         groups = [key.split("/")[1] for key in k if key.startswith("train/")]
-        y = _target_values(self.cfg, self.probes, self.output)
-        prev_step, prev = self.previous if self.previous is not None else (step, {})
+        y = target_values(self.cfg, self.probes, self.output)
+        prev_step, prev = self.previous if ntk and self.previous is not None else (step, {})
+        init = self.initial if ntk else {}
         diag_short, ridge = np.diag(k[f"train/{TOTAL}"]), self.cfg.ntk.ridge
+        out, out_0 = k.get("out/train"), init.get("out/train")
 
         def train(g: str) -> nm.Kernels:
-            K_0, K_prev = self.initial.get(f"train/{g}"), prev.get(f"train/{g}")
-            return nm.Kernels(k[f"train/{g}"], diag_short, K_0, K_prev, step - prev_step, y, ridge)
+            K_0, K_prev, dt = init.get(f"train/{g}"), prev.get(f"train/{g}"), step - prev_step
+            kernels = nm.Kernels(k[f"train/{g}"], diag_short, K_0, K_prev, dt, y, ridge)
+            return replace(kernels, out_short=out, out_short_0=out_0)
 
         base = {g: train(g) for g in groups}
-        rows = [row for g in groups for row in _metric_rows("train", base[g], step, L, g)]
+        rows = [row for g in groups for row in _metric_rows("train", base[g], step, L, g, kernel)]
+        no_output = 1 if isinstance(self.output, str) and self.output == "target" else 0
         for length in self.probes.long:
-            long: dict[str, Any] = {f: k[key.format(length)] for f, key in LONG_KEYS.items()}
+            long: dict[str, Any] = {f: k.get(key.format(length)) for f, key in LONG_KEYS.items()}
+            for f in ("K_cross", "K_tail", "out_long"):
+                long[f + "_0"] = init.get(LONG_KEYS[f].format(length))
+            long["region_sizes"] = (L, length - L - no_output)
             for g in groups:
                 long["K_cross"] = k[f"cross{length}/{g}"]
-                rows += _metric_rows("cross", replace(base[g], **long), step, length, g)
+                rows += _metric_rows("cross", replace(base[g], **long), step, length, g, kernel)
+        return rows
+
+    def nngp(self) -> list[dict]:
+        """Rows of the NNGP kernel at initialisation over `ntk.nngp_samples` fresh
+        initialisations (`rope_lab.ntk.nngp`; none when 0): step 0, kernel "nngp", group
+        total, the metrics registered with `nngp`; kernels saved as `ntk/nngp_kernels.npz`."""
+        samples, L = self.cfg.ntk.nngp_samples, self.cfg.train.length
+        if samples <= 0:
+            return []
+        keys = nngp_keys(self.cfg, samples)
+        k = nngp_kernels(probe_outputs(self.cfg, self.probes, self.output, keys), self.probes.long)
+        rows = self._rows(k, 0, kernel="nngp")
+        K = k[f"train/{TOTAL}"]
+        shift = nm.Kernels(K, np.diag(K), K_shift=k["shift/total"])
+        rows += _metric_rows("shift", shift, 0, L, TOTAL, "nngp")
+        if self.folder is not None:
+            path = self.folder / "ntk" / "nngp_kernels.npz"
+            atomic_write(path, lambda f: np.savez(f, **k))  # type: ignore[arg-type]
         return rows
 
     def position_kernels(self, model: Transformer) -> dict[str, np.ndarray]:
@@ -348,8 +341,9 @@ def _row(
     value: float,
     method: str = "none",
     factor: float = 1.0,
+    kernel: str = "ntk",
 ) -> dict:
-    """One long-format row of the `ntk` table."""
+    """One long-format row of the `ntk` table (`kernel`: "ntk" or "nngp")."""
     return {
         "step": step,
         "probe_length": length,
@@ -358,17 +352,22 @@ def _row(
         "value": float(value),
         "method": method,
         "factor": float(factor),
+        "kernel": kernel,
     }
 
 
-def _metric_rows(on: str, kernels: nm.Kernels, step: int, length: int, group: str) -> list[dict]:
-    """Rows of the registered metrics written on `on` rows for this group, in registry order."""
+def _metric_rows(
+    on: str, kernels: nm.Kernels, step: int, length: int, group: str, kernel: str = "ntk"
+) -> list[dict]:
+    """Rows of the registered metrics written on `on` rows for this group, in registry order
+    (of the NNGP, `kernel` "nngp": those registered with `nngp`)."""
     rows = []
     for name, metric in NTK_METRICS.items():
-        if metric.on == on and (metric.per_group or group == TOTAL):
+        wanted = metric.nngp or kernel == "ntk"
+        if wanted and metric.on == on and (metric.per_group or group == TOTAL):
             value = metric(kernels)
             if value is not None:
-                rows.append(_row(step, length, group, name, value))
+                rows.append(_row(step, length, group, name, value, kernel=kernel))
     return rows
 
 
@@ -384,6 +383,7 @@ def _cross_fields(t: dict[str, Any]) -> dict[str, Any]:
         "diag_long": t["long_sqnorm"],
         "tail_cos": t["tail_cos"],
         "head_cos": t["head_cos"],
+        "K_tail": t["tail"],
     }
 
 
@@ -400,12 +400,15 @@ def tracking_hook(
     scaling stages, `NTKTracker.under_scalings`.)"""
     tracker = NTKTracker(cfg, task, folder)
     wanted = {s for s in tracker.steps if s > done_steps or (s == 0 and done_steps == 0)}
+    first = min(wanted) if wanted and done_steps == 0 else None  # the NNGP's rows come with it
 
     def measure(state: StepState) -> None:
         if state.step not in wanted:
             return
         start = time.perf_counter()
         rows = tracker.measure(state.model, state.step)
+        if state.step == first:
+            rows += tracker.nngp()
         if state.step in (0, cfg.train.steps):
             rows += tracker.shift_invariance(state.model, state.step)
         if state.step == cfg.train.steps:

@@ -14,10 +14,8 @@ from pathlib import Path
 import polars as pl
 
 from rope_lab.results.schema import (
-    EVAL_SCHEMA,
-    NTK_SCHEMA,
+    FILLED,
     TABLE_SCHEMAS,
-    TRAIN_SCHEMA,
     TRIALS_SCHEMA,
     check_table,
 )
@@ -69,16 +67,20 @@ def _segment_files(run_dirs: Sequence[Path], table: str) -> list[str]:
     return files
 
 
-def _scan_declared(files: list[str], schema: Mapping[str, pl.DataType]) -> pl.LazyFrame:
+def _scan_declared(files: list[str], table: str) -> pl.LazyFrame:
+    """Segments of `table` with its declared schema, `FILLED` columns filled."""
+    schema = TABLE_SCHEMAS[table]
     if not files:
         return pl.LazyFrame(schema=dict(schema))
-    return pl.scan_parquet(
+    scan = pl.scan_parquet(
         files,
         schema=dict(schema),
         missing_columns="insert",
         extra_columns="ignore",
         hidden_file_prefix=".",
     )
+    filled = FILLED.get(table, {})
+    return scan.with_columns(pl.col(c).fill_null(v) for c, v in filled.items()) if filled else scan
 
 
 def _scan_trials(files: list[str], declared: Mapping[str, pl.DataType]) -> pl.LazyFrame:
@@ -162,8 +164,9 @@ def load(
     Each path is a run directory (it holds ``trials/``, e.g. ``runs/smoke``) or a folder of
     run directories (e.g. ``runs``: every child with a ``trials/`` folder is loaded); anything
     else raises RunDirError (a ValueError) naming what the path holds (`run_directories`).
-    train/eval/ntk use their declared schemas: columns missing from older files read as null,
-    unknown extra columns are ignored. trials has TRIALS_SCHEMA, then the ``config_schema``
+    train/eval/ntk use their declared schemas: columns missing from older files read as null
+    (or as their `FILLED` value: an old run's ntk rows have kernel "ntk"), unknown extra
+    columns are ignored. trials has TRIALS_SCHEMA, then the ``config_schema``
     columns (e.g. ``config_schema(TrialConfig)``) with those dtypes, then any other column
     present in some file. Hidden files (temp files of in-flight writes) are skipped. The file
     list is fixed when ``load`` is called.
@@ -174,9 +177,9 @@ def load(
         declared_trials.setdefault(name, dtype)
     return Results(
         trials=_scan_trials(_segment_files(runs, "trials"), declared_trials),
-        train=_scan_declared(_segment_files(runs, "train"), TRAIN_SCHEMA),
-        eval=_scan_declared(_segment_files(runs, "eval"), EVAL_SCHEMA),
-        ntk=_scan_declared(_segment_files(runs, "ntk"), NTK_SCHEMA),
+        train=_scan_declared(_segment_files(runs, "train"), "train"),
+        eval=_scan_declared(_segment_files(runs, "eval"), "eval"),
+        ntk=_scan_declared(_segment_files(runs, "ntk"), "ntk"),
         run_dirs=runs,
     )
 
@@ -188,4 +191,4 @@ def read_trial_table(trial_dir: str | Path, table: str) -> pl.DataFrame:
     files = [str(p) for p in sorted(root.glob("*.parquet")) if not p.name.startswith(".")]
     if table == "trials":
         return _scan_trials(files, TRIALS_SCHEMA).collect()
-    return _scan_declared(files, TABLE_SCHEMAS[table]).collect()
+    return _scan_declared(files, table).collect()

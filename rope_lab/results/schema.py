@@ -55,7 +55,14 @@ NTK_SCHEMA: Final = pl.Schema(
         "value": pl.Float64(),
         "method": pl.String(),  # RoPE scaling the kernel was measured under ("none": as trained)
         "factor": pl.Float64(),
+        "kernel": pl.String(),  # "ntk" (empirical NTK) or "nngp" (NNGP at initialisation)
     }
+)
+
+# Columns added after a table's first runs, with the value they mean in files written before
+# them: loading fills their nulls with it (an old run's NTK rows are all of the NTK).
+FILLED: Final[Mapping[str, Mapping[str, object]]] = types.MappingProxyType(
+    {"ntk": {"kernel": "ntk"}}
 )
 
 # Fixed columns of the trials table; the flattened trial config is appended (config_schema).

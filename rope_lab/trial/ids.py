@@ -60,6 +60,7 @@ NEUTRAL_DEFAULTS: dict[str, Any] = {
     "eval.finetune_factors": [],
     "eval.text_protocol": "random",
     "eval.text_stride": None,
+    "ntk.nngp_samples": 0,
 }
 
 

@@ -200,6 +200,18 @@ def test_ntk_table_and_final(run: Path) -> None:
         q.ntk_final(n, "velocity")
 
 
+def test_ntk_table_reads_the_ntk_unless_asked_for_the_nngp(tmp_path: Path) -> None:
+    """Rows written without a kernel read as the NTK's; the NNGP's rows (kernel "nngp") join
+    only when asked for, so figures and claims reading the default see the NTK alone."""
+    run = make_store(tmp_path / "run")
+    nngp = [{"step": 0, "probe_length": L, "group": "total", "metric": "k_train_mean",
+             "value": 7.0, "method": "none", "factor": 1.0, "kernel": "nngp"}]  # fmt: skip
+    append_rows(trial_dir(run, "rope-s0"), "ntk", nngp, segment="nngp")
+    assert set(q.ntk_table(run)["kernel"]) == {"ntk"} and q.ntk_table(run).height == 3 * 3 * 2
+    assert q.ntk_table(run, kernel="nngp")["value"].to_list() == [7.0]
+    assert q.ntk_table(run, kernel=None).height == 3 * 3 * 2 + 1
+
+
 def test_filter_where(run: Path) -> None:
     e = q.eval_table(run)
     got = q.filter_where(e, "\"model.width\" = 64 AND length >= 20 AND label = 'alibi'")

@@ -5,7 +5,10 @@ between them), exactly as the train stage calls it. Each row of the `ntk` table 
 position kernel saved at the end) is recomputed from brute-force Jacobians (`jax.jacrev` of the
 logits over the flattened trainable parameters, outputs f_i taken from them in NumPy) and plain
 NumPy formulas written from the definitions. The formulas are a table keyed by metric name: a
-metric the tracker writes without an entry there fails the test.
+metric the tracker writes without an entry there fails the test. The NNGP's rows (kernel "nngp")
+go through the same formulas: its "Jacobian" is the outputs f_{k,c,i}(x) of K initialisations
+built one by one in a Python loop over their keys, divided by sqrt(K), so that every Gram matrix
+of it is the sample mean over initialisations of f(x) f(x')^T.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import numpy as np
 import pytest
 
 from rope_lab.config import TrialConfig, replace
+from rope_lab.model.factory import make_model as make_model_from_key
 from rope_lab.model.transformer import trainable, with_scaling
 from rope_lab.ntk import kernels as ntk
 from rope_lab.ntk.plan import measures_under
@@ -48,8 +52,11 @@ def first_scaling(length_dependent: bool) -> str:
 # each probe length: the tracker applies every method alike, only that step differs.
 SCALINGS = (first_scaling(False), first_scaling(True))
 TRIALS = {  # name: (position kind, config changes)
-    "rope-random": ("rope", {"ntk.output": "random"}),
-    "learned-target-padded": ("learned", {"ntk.output": "target", "ntk.pad_to_longest": True}),
+    "rope-random": ("rope", {"ntk.output": "random", "ntk.nngp_samples": 3}),
+    "learned-target-padded": (
+        "learned",
+        {"ntk.output": "target", "ntk.pad_to_longest": True, "ntk.nngp_samples": 2},
+    ),
 }
 
 
@@ -94,7 +101,10 @@ class Run:
     models: dict[int, object]  # step -> measured model
     short: dict[tuple, np.ndarray] = field(default_factory=dict)  # view -> J
     long: dict[tuple, np.ndarray] = field(default_factory=dict)  # (view, length) -> J
-    shifted: dict[int, np.ndarray] = field(default_factory=dict)  # step -> J, positions + L
+    shifted: dict[tuple, np.ndarray] = field(default_factory=dict)  # (step, kernel) -> J, pos + L
+    # per-position outputs f (N, L, C): view -> short probes, (view, length) -> long probes
+    out_short: dict[tuple, np.ndarray] = field(default_factory=dict)
+    out_long: dict[tuple, np.ndarray] = field(default_factory=dict)
     memo: dict[tuple, np.ndarray] = field(default_factory=dict)
 
     def jacobian(self, model, tokens, positions=None) -> np.ndarray:
@@ -102,6 +112,15 @@ class Run:
         precision)."""
         J = logit_jacobian(model, tokens, positions)
         return output_jacobian(J, tokens, self.output).astype(np.float32)
+
+    def outputs(self, model, tokens, positions=None) -> np.ndarray:
+        """Per-position outputs f (N, L, C) by the definitions, from one forward pass."""
+        tokens = np.asarray(tokens, np.int32)
+        pos = np.arange(tokens.shape[1]) if positions is None else np.asarray(positions)
+        pos = np.broadcast_to(pos, tokens.shape).astype(np.int32)
+        with jax.default_matmul_precision("highest"):
+            logits = np.asarray(model(jax.numpy.asarray(tokens), jax.numpy.asarray(pos)))
+        return output_jacobian(logits[..., None].astype(np.float64), tokens, self.output)[..., 0]
 
     # --- kernels from the Jacobians (memoised: many rows share one kernel) --------------------
     def _memo(self, key: tuple, compute) -> np.ndarray:
@@ -114,8 +133,9 @@ class Run:
         return J[:, positions].sum(1, dtype=np.float64)
 
     def gram(self, a: np.ndarray, b: np.ndarray, group: str) -> np.ndarray:
-        """<grad a_n, grad b_m> over the group's parameters: (N_a, N_b)."""
-        cols = self.cols[group]
+        """<grad a_n, grad b_m> over the group's parameters (all of them for the total, which
+        is also the NNGP's one group): (N_a, N_b)."""
+        cols = slice(None) if group == TOTAL else self.cols[group]
         return np.einsum("ncp,mcp->nm", a[..., cols], b[..., cols])
 
     def k_train(self, view: tuple, group: str = TOTAL) -> np.ndarray:
@@ -156,13 +176,29 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def view_of(row: dict) -> tuple:
-    """The measured model a row belongs to: (step, method, factor)."""
-    return (row["step"], row["method"], row["factor"])
+    """The kernel a row belongs to: (step, method, factor, kernel)."""
+    return (row["step"], row["method"], row["factor"], row["kernel"])
+
+
+KEY_COLUMNS = ("step", "probe_length", "group", "metric", "method", "factor", "kernel")
 
 
 def row_key(row: dict) -> tuple:
-    """(step, probe_length, group, metric, method, factor)."""
-    return tuple(row[c] for c in ("step", "probe_length", "group", "metric", "method", "factor"))
+    """(step, probe_length, group, metric, method, factor, kernel)."""
+    return tuple(row[c] for c in KEY_COLUMNS)
+
+
+def nngp_jacobians(run: Run, tokens, positions=None) -> np.ndarray:
+    """The NNGP's "Jacobian" (N, L, C, K) of tokens: the outputs of K = ntk.nngp_samples fresh
+    initialisations, one model per key in a Python loop, keys fold_in(fold_in(PRNGKey(
+    train.seed), 2), k), divided by sqrt(K)."""
+    K = run.cfg.ntk.nngp_samples
+    base = jax.random.fold_in(jax.random.PRNGKey(run.cfg.train.seed), 2)
+    outs = []
+    for k in range(K):
+        model = make_model_from_key(run.cfg, key=jax.random.fold_in(base, k))
+        outs.append(run.outputs(model, tokens, positions))
+    return np.stack(outs, axis=-1) / np.sqrt(K)
 
 
 def tracker_run(name: str, folder: Path) -> Run:
@@ -202,18 +238,26 @@ def tracker_run(name: str, folder: Path) -> Run:
 
     lengths = sorted(probes.long)
     for step, model in models.items():
-        view = (step, "none", 1.0)
+        view = (step, "none", 1.0, "ntk")
         run.short[view] = jac(model, probes.short)
+        run.out_short[view] = run.outputs(model, probes.short)
         for length in lengths:
             run.long[view, length] = jac(model, probes.long[length])
+            run.out_long[view, length] = run.outputs(model, probes.long[length])
         if step in (STEPS[0], STEPS[-1]):
-            run.shifted[step] = jac(model, probes.short, np.arange(L) + L)
+            run.shifted[step, "ntk"] = jac(model, probes.short, np.arange(L) + L)
+    if cfg.ntk.nngp_samples:
+        view = (0, "none", 1.0, "nngp")
+        run.short[view] = nngp_jacobians(run, probes.short)
+        run.shifted[0, "nngp"] = nngp_jacobians(run, probes.short, np.arange(L) + L)
+        for length in lengths:
+            run.long[view, length] = nngp_jacobians(run, probes.long[length])
     if kind == "rope":
         last = models[STEPS[-1]]
         for method in cfg.eval.methods:
             params = cfg.eval.params_for(method)
             for factor in cfg.eval.factors:
-                view = (STEPS[-1], method, factor)
+                view = (STEPS[-1], method, factor, "ntk")
                 # each probe set under the scaling at its own length
                 run.short[view] = jac(
                     with_scaling(last, method, factor, params, seq_len=L), probes.short
@@ -284,8 +328,56 @@ def previous_step(step: int) -> int:
 
 
 def k_train_of(run: Run, row: dict, step: int | None = None) -> np.ndarray:
-    view = view_of(row) if step is None else (step, "none", 1.0)
+    view = view_of(row) if step is None else (step, "none", 1.0, "ntk")
     return run.k_train(view, row["group"])
+
+
+# --- the network's outputs and kernel regression ---------------------------------------------
+def region_sums(f: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Outputs (N, L', C) summed over the in-range positions i < L and the tail i >= L."""
+    return f[:, :L].sum(1), f[:, L:].sum(1)
+
+
+def region_sizes(run: Run, length: int) -> tuple[int, int]:
+    """Positions with an output in range and in the tail ("target": none at the last)."""
+    return L, length - L - (1 if isinstance(run.output, str) and run.output == "target" else 0)
+
+
+def moved(run: Run, row: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The network's in-range and tail movement from step 0 at the long probes: (m, C) each."""
+    length, first = row["probe_length"], (STEPS[0], "none", 1.0, "ntk")
+    (h, t), (h0, t0) = (region_sums(run.out_long[v, length]) for v in (view_of(row), first))
+    return h - h0, t - t0
+
+
+def kernel_moved(run: Run, row: dict, theta_step: int) -> tuple[np.ndarray, np.ndarray]:
+    """Kernel regression with the kernel at `theta_step`: Theta(x, X)(Theta(X, X) + lam I)^-1
+    (F_t(X) - F_0(X)) for x the in-range and the tail outputs of the long probes, lam =
+    ntk.ridge x mean diag Theta(X, X); Theta(x, X) from the gradients of those positions."""
+    view, first = (theta_step, "none", 1.0, "ntk"), (STEPS[0], "none", 1.0, "ntk")
+    length = row["probe_length"]
+    J_short, J_long = run.short[view], run.long[view, length]
+    g_short = run.grad_f(J_short)
+    K = run.gram(g_short, g_short, TOTAL)
+    head = run.gram(run.grad_f(J_long, slice(None, L)), g_short, TOTAL)
+    tail = run.gram(run.grad_f(J_long, slice(L, None)), g_short, TOTAL)
+    delta = run.out_short[view_of(row)].sum(1) - run.out_short[first].sum(1)  # (n, C)
+    lam = run.cfg.ntk.ridge * np.mean(np.diag(K))
+    alpha = np.linalg.solve(K + lam * np.eye(len(K)), delta)
+    return head @ alpha, tail @ alpha
+
+
+def mean_abs_ratio(run: Run, row: dict, head: np.ndarray, tail: np.ndarray) -> float:
+    """mean |tail| / n_tail over mean |head| / n_head (region means of the movements)."""
+    n_head, n_tail = region_sizes(run, row["probe_length"])
+    return float(np.mean(np.abs(tail)) / n_tail / (np.mean(np.abs(head)) / n_head))
+
+
+def prediction_error(run: Run, row: dict, theta_step: int) -> float:
+    """|kernel-predicted tail - network tail|_2 / |network tail movement|_2."""
+    _, predicted = kernel_moved(run, row, theta_step)
+    _, actual = moved(run, row)
+    return float(np.linalg.norm(predicted - actual) / np.linalg.norm(actual))
 
 
 def eig_formula(k: int):
@@ -347,25 +439,45 @@ FORMULAS = {
     ),
     "shift_invariance_error": (
         lambda run, r: rel_change(
-            run.gram(*(2 * [run.grad_f(run.shifted[r["step"]])]), r["group"]),
+            run.gram(*(2 * [run.grad_f(run.shifted[r["step"], r["kernel"]])]), r["group"]),
             k_train_of(run, r),
         ),
         1e-5,
     ),
+    "tail_movement": (lambda run, r: mean_abs_ratio(run, r, *moved(run, r)), 1e-6),
+    "kernel_prediction_error": (lambda run, r: prediction_error(run, r, r["step"]), 1e-6),
+    "kernel_prediction_error_init": (lambda run, r: prediction_error(run, r, STEPS[0]), 1e-6),
+    "kernel_tail_collapse": (
+        lambda run, r: mean_abs_ratio(run, r, *kernel_moved(run, r, r["step"])),
+        1e-6,
+    ),
+    "kernel_tail_collapse_init": (
+        lambda run, r: mean_abs_ratio(run, r, *kernel_moved(run, r, STEPS[0])),
+        1e-6,
+    ),
 }
+OUTPUT_METRICS = (
+    "tail_movement",
+    "kernel_prediction_error",
+    "kernel_prediction_error_init",
+    "kernel_tail_collapse",
+    "kernel_tail_collapse_init",
+)
 
 
 def expected_keys(run: Run) -> set[tuple]:
     """The rows a tracker writes over STEPS, as row keys: per step, K_train metrics for every
     group at L_train, K_cross metrics for every group at each long length, total-only metrics,
+    the output metrics after the first step (at step 0 nothing has moved: 0 / 0, no row),
     shift-invariance errors at the first and last step, and at the last step the RoPE-scaling
-    rows for every eval method and factor."""
+    rows for every eval method and factor; with ntk.nngp_samples, the NNGP's rows at step 0
+    (total, the metrics that make sense at initialisation)."""
     cfg, lengths = run.cfg, cfg_lengths(run.cfg)
     n_eig = min(5, cfg.ntk.probes)
     keys = set()
 
-    def add(step, length, groups, metrics, method="none", factor=1.0):
-        keys.update((step, length, g, m, method, factor) for g in groups for m in metrics)
+    def add(step, length, groups, metrics, method="none", factor=1.0, kernel="ntk"):
+        keys.update((step, length, g, m, method, factor, kernel) for g in groups for m in metrics)
 
     for i, step in enumerate(STEPS):
         add(step, L, ALL_GROUPS, ("k_train_mean", "distance_from_init", "relative_change"))
@@ -377,8 +489,18 @@ def expected_keys(run: Run) -> set[tuple]:
             add(step, length, ALL_GROUPS, ("k_cross_mean", "cross_train_ratio"))
             cross = ("cross_train_cos_ratio", "k_cross_cos_mean", "coverage_mean")
             add(step, length, [TOTAL], (*cross, "tail_cos_mean", "head_cos_mean"))
+            add(step, length, [TOTAL], OUTPUT_METRICS if i > 0 else ())
         if step in (STEPS[0], STEPS[-1]):
             add(step, L, ALL_GROUPS, ["shift_invariance_error"])
+    if cfg.ntk.nngp_samples:
+        train = ["k_train_mean", "k_train_cos_mean", "effective_rank", "shift_invariance_error"]
+        train += [f"eig_{k}" for k in range(1, n_eig + 1)]
+        train += ["alignment"] if run.y is not None else []
+        add(0, L, [TOTAL], train, kernel="nngp")
+        cross = ["k_cross_mean", "cross_train_ratio", "cross_train_cos_ratio", "k_cross_cos_mean"]
+        cross += ["coverage_mean", "tail_cos_mean", "head_cos_mean"]
+        for length in lengths:
+            add(0, length, [TOTAL], cross, kernel="nngp")
     if POSITIONS[cfg.model.position.kind].supports_scaling:
         scaled = ("k_cross_cos_mean", "cross_train_cos_ratio", "cross_train_ratio", "tail_cos_mean")
         for method in cfg.eval.methods:
@@ -446,7 +568,7 @@ def test_saved_position_kernels_equal_bruteforce(run):
     column means."""
     n, view, longest = (
         run.cfg.ntk.position_probes,
-        (STEPS[-1], "none", 1.0),
+        (STEPS[-1], "none", 1.0, "ntk"),
         cfg_lengths(run.cfg)[-1],
     )
     short = run.short[view][:n].mean(0)
@@ -471,7 +593,7 @@ def test_dynamic_scaling_rows_are_taken_at_the_probe_length(tmp_path_factory):
     at_train = with_scaling(last, "dynamic", 2.0, params, seq_len=L)
     at_long = with_scaling(last, "dynamic", 2.0, params, seq_len=LONG)
     assert np.abs(at_train.position.inv_freq.value - at_long.position.inv_freq.value).max() > 1e-3
-    view = (STEPS[-1], "dynamic", 2.0)
+    view = (STEPS[-1], "dynamic", 2.0, "ntk")
     wrong = cosines(
         run.grad_f(run.jacobian(at_train, run.probes.long[LONG])), run.grad_f(run.short[view])
     )

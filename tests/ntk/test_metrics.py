@@ -185,3 +185,30 @@ def test_drift_and_scaled_metrics_are_declared_by_the_metrics():
                       "tail_cos_mean"}  # fmt: skip
     assert {NTK_METRICS[n].on for n in drift} == {"train"}
     assert {NTK_METRICS[n].on for n in scaled} == {"cross"}
+
+
+def test_nngp_metrics_are_those_that_make_sense_at_initialisation():
+    """The NNGP's rows are the metrics declaring `nngp`: every kernel statistic of one kernel
+    (train, cross, tail cosines, shift), none that compares with another step (drift), none of
+    the network's movement from initialisation; no metric is both drift and nngp."""
+    nngp = {name for name, m in NTK_METRICS.items() if m.nngp}
+    assert nngp == {
+        "k_train_mean", "k_train_cos_mean", *(f"eig_{k}" for k in range(1, 6)),
+        "effective_rank", "alignment", "k_cross_mean", "cross_train_ratio",
+        "cross_train_cos_ratio", "k_cross_cos_mean", "coverage_mean", "tail_cos_mean",
+        "head_cos_mean", "shift_invariance_error",
+    }  # fmt: skip
+    outputs = {"tail_movement", "kernel_prediction_error", "kernel_prediction_error_init",
+               "kernel_tail_collapse", "kernel_tail_collapse_init"}  # fmt: skip
+    assert outputs <= set(NTK_METRICS.names())
+    for name in outputs:
+        m = NTK_METRICS[name]
+        assert (m.on, m.per_group, m.drift, m.scaled, m.nngp) == (
+            "cross",
+            False,
+            False,
+            False,
+            False,
+        )
+    with pytest.raises(ValueError, match="NNGP"):
+        nm.Metric(lambda k: 1.0, "train", False, drift=True, nngp=True)

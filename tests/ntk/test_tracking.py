@@ -157,11 +157,23 @@ def test_train_stage_writes_ntk_table_and_resumes(tmp_path):
     with np.load(folder / "position_kernels.npz") as pk:
         assert pk["K_train"].shape == (16, 16) and pk["K_cross"].shape == (16, 32)
         assert pk["profile"].shape == (32,)
-    # a tracker built on the same folder restores K_0 for drift after a resume
+    # a tracker built on the same folder restores K_0 for drift after a resume, and the
+    # step-0 outputs f_0 of the probes and cross / tail kernels for the output metrics
     tracker = NTKTracker(cfg, make_task_from(cfg), folder.parent)
     with np.load(folder / "kernels_00000000.npz") as k0:
-        np.testing.assert_array_equal(tracker.initial["train/total"], k0["train/total"])
+        for key in ("train/total", "out/train", "out32", "cross32/total", "tail32/total"):
+            np.testing.assert_array_equal(tracker.initial[key], k0[key])
+    assert tracker.initial["out/train"].shape == (3, 1)
+    assert tracker.initial["out32"].shape == (3, 2, 1)
     assert tracker.previous is not None and tracker.previous[0] == 4
+    from rope_lab.trial.checkpoint import load_model
+
+    model4 = load_model(folder.parent / "model.eqx", make_model(cfg))
+    resumed = {(r["metric"], r["probe_length"]): r["value"] for r in tracker.measure(model4, 4)}
+    written = ntk.filter((pl.col("step") == 4) & (pl.col("group") == "total"))
+    for metric in ("tail_movement", "kernel_prediction_error_init", "kernel_tail_collapse"):
+        (value,) = written.filter(pl.col("metric") == metric)["value"].to_list()
+        assert resumed[(metric, 32)] == pytest.approx(value, rel=1e-6)
 
 
 @pytest.mark.parametrize("kind", [pytest.param("learned", marks=pytest.mark.slow), "alibi"])

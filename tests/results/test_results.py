@@ -29,6 +29,7 @@ from rope_lab.results import (
     is_finished,
     load,
     mark_success,
+    read_trial_table,
     trial_dir,
     write_trial_row,
 )
@@ -418,6 +419,28 @@ def test_old_files_without_new_columns(tmp_path: Path) -> None:
     assert trials["model.width"].to_list() == [64, None]
     assert trials["legacy"].to_list() == [None, "x"]  # undeclared column still readable
     assert trials.schema["started_at"] == pl.Datetime("us", "UTC")
+
+
+def test_old_ntk_rows_without_the_kernel_column_read_as_ntk(tmp_path: Path) -> None:
+    """NTK rows written before the `kernel` column load with kernel "ntk" (FILLED); new rows
+    keep theirs, through `load` and `read_trial_table`."""
+    old = trial_dir(tmp_path, "old")
+    (old / "ntk").mkdir(parents=True)
+    row = {"trial_id": ["old"], "step": [0], "probe_length": [16], "group": ["total"]}
+    row |= {"metric": ["k_train_mean"], "value": [1.0], "method": ["none"], "factor": [1.0]}
+    pl.DataFrame(row).write_parquet(old / "ntk" / "ntk_00000000.parquet")
+    new = trial_dir(tmp_path, "new")
+    rows = [{"step": 0, "metric": "k_train_mean", "value": v, "kernel": k}
+            for v, k in ((2.0, "ntk"), (3.0, "nngp"))]  # fmt: skip
+    append_rows(new, "ntk", rows, segment="ntk_00000000")
+    ntk = load(tmp_path).ntk.sort("trial_id", "value").collect()
+    assert ntk.schema == NTK_SCHEMA
+    assert list(zip(ntk["trial_id"], ntk["kernel"], strict=True)) == [
+        ("new", "ntk"),
+        ("new", "nngp"),
+        ("old", "ntk"),
+    ]
+    assert read_trial_table(old, "ntk")["kernel"].to_list() == ["ntk"]
 
 
 # ------------------------------------------------------------------------ markers & leases
