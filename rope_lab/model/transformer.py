@@ -1,8 +1,9 @@
 """Decoder-only causal Transformer in Equinox, with position-encoding hooks.
 
 `model(tokens (L,), positions (L,) | None) -> logits (L, V)`; a batch (B, L) gives (B, L, V),
-equal to `jax.vmap` over the sequences. Blocks are stacked along a leading axis and run with
-`jax.lax.scan`, unrolled up to `MAX_UNROLL` blocks (faster on CPU); past that compile time does
+equal to `jax.vmap` over the sequences. Blocks are stacked along a leading axis; up to
+`MAX_UNROLL` blocks run as a Python loop (what a fully unrolled scan compiles to, faster on
+CPU), deeper stacks with `jax.lax.scan` over groups of `MAX_UNROLL` blocks, so compile time does
 not grow with depth.
 
 Speed (see `benchmarks/train_step.py`): a batch runs every dense layer as one (B L, D) matmul
@@ -276,8 +277,15 @@ class Transformer(eqx.Module):
             return h, None
 
         repeats = self.config.depth // len(pattern)
-        unroll = min(repeats, max(1, MAX_UNROLL // len(pattern)))
-        x, _ = jax.lax.scan(repeat, x, params, unroll=unroll)
+        if repeats * len(pattern) <= MAX_UNROLL:
+            # A Python loop, the program a fully unrolled scan compiles to. On this JAX/XLA
+            # CPU build, vmapping the transpose of a compiled scan (`jax.jacrev` of many
+            # outputs) gives wrong per-output gradients (tests/model/test_transformer.py).
+            for r in range(repeats):
+                x, _ = repeat(x, jax.tree.map(lambda a, r=r: a[r], params))
+        else:
+            unroll = max(1, MAX_UNROLL // len(pattern))
+            x, _ = jax.lax.scan(repeat, x, params, unroll=unroll)
         return self.head(self.final_norm(x)).astype(jnp.float32)
 
     def encoding_of(self, kind: int) -> PositionEncoding:

@@ -80,10 +80,51 @@ def test_reference_query_blocks_equal_full_attention(kind, length, monkeypatch):
     blocks = []
     monkeypatch.setattr(attention, "causal_blocks", _recording(causal_blocks, blocks))
     (full, full_grads), (split, split_grads) = run(10_000), run(4)
-    assert [len(b) for b in blocks] == [1, 3]  # the layer scan traces its body once
+    assert [len(b) for b in blocks] == [1, 1, 3, 3]  # each of the 2 layers traced once
     np.testing.assert_allclose(split, full, rtol=1e-5)
     for a, b in zip(jax.tree.leaves(split_grads), jax.tree.leaves(full_grads), strict=True):
         # float32 reordering error of a sum scales with its terms, i.e. the leaf's largest entry
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6 * max(1.0, float(np.abs(b).max())))
+
+
+def test_jacobian_rows_equal_single_output_gradients():
+    """`jax.jacrev` of all (L, V) logits (a vmapped transpose, as the NTK's multi-output
+    features take it) gives each output's own gradient (one `jax.vjp` per output). It did not
+    when the layers ran as a compiled `lax.scan`: rows past the first were off by up to 150%."""
+    model = make_model(tiny_trial("none", width=16, depth=2, head_dim=8))
+    params, static = eqx.partition(model, trainable(model))
+    tokens = jax.random.randint(jax.random.PRNGKey(1), (16,), 0, 24)
+
+    def f(p):
+        return eqx.combine(p, static)(tokens)
+
+    out = f(params)
+    jac = jax.jacrev(f)(params)
+    _, pull = jax.vjp(f, params)
+    for index in range(0, out.size, 7):
+        row = jax.tree.map(lambda x, i=index: x.reshape(out.size, *x.shape[2:])[i], jac)
+        grad = pull(jnp.zeros(out.size).at[index].set(1.0).reshape(out.shape))[0]
+        for a, b in zip(jax.tree.leaves(row), jax.tree.leaves(grad), strict=True):
+            np.testing.assert_allclose(a, b, atol=1e-5 * max(1.0, float(np.abs(b).max())))
+
+
+def test_deep_stacks_scan_to_the_same_outputs(monkeypatch):
+    """Past MAX_UNROLL blocks the layers run as a scan over groups: same logits and gradients
+    as the loop."""
+    from rope_lab.model import transformer
+
+    model = MODELS["rope"]
+    tokens = jax.random.randint(jax.random.PRNGKey(2), (10,), 0, 24)
+
+    def run():
+        loss = lambda m: jnp.sum(jnp.sin(m(tokens)))
+        return eqx.filter_jit(eqx.filter_value_and_grad(loss))(model)
+
+    (looped, looped_grads) = run()
+    monkeypatch.setattr(transformer, "MAX_UNROLL", 1)  # depth 2: a scan of 2 steps
+    (scanned, scanned_grads) = run()
+    np.testing.assert_allclose(scanned, looped, rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(scanned_grads), jax.tree.leaves(looped_grads), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6 * max(1.0, float(np.abs(b).max())))
 
 
