@@ -94,7 +94,7 @@ def leaf_sharding(x: Any, mesh: Mesh) -> NamedSharding:
     if n == 1 or not divisible:
         return replicated(mesh)
     axis = max(divisible, key=lambda i: (shape[i], -i))
-    spec = [None] * len(shape)
+    spec: list[str | None] = [None] * len(shape)
     spec[axis] = DATA_AXIS
     return NamedSharding(mesh, P(*spec))
 
