@@ -145,6 +145,7 @@ def _teacher_greedy(model_at, prompt, steps):
     return np.asarray(seq[len(prompt) :]), np.stack(logits)
 
 
+@pytest.mark.slow  # ~39 s: one compile per length
 def test_per_step_full_equals_teacher_forcing_at_every_length():
     """Each step's logits equal a full forward over the prefix with dynamic scaling taken at
     the prefix length (past L_train, so the frequencies change at every step)."""

@@ -173,6 +173,7 @@ def _flat(kind: str) -> TrialConfig:
     return validate(tiny_trial(kind, width=16, head_dim=4, depth=1))
 
 
+@pytest.mark.slow  # ~48 s of training
 def test_scalable_softmax_s_is_trained_and_counted():
     """s gets gradients through the attention kernel, and the plan counts its H per layer."""
     trial = layered([{"window": 4}, NONE], depth=2, **{"model.scalable_softmax": True})

@@ -164,6 +164,7 @@ def _jax_memory_settings() -> dict:
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # starts its own Ray instance (~25 s)
 def test_a_task_sharing_a_device_gets_its_memory_share(monkeypatch):
     """On a cluster started by someone else (here: this test, with one logical GPU), a trial
     asking for a quarter of a device runs with JAX's memory fraction set to its share."""

@@ -230,6 +230,7 @@ def test_training_moves_the_mlp_c_and_threshold():
     assert moved["w1"][live].all() and moved["b1"][live].all() and moved["w2"][:, live].all()
 
 
+@pytest.mark.slow  # ~25 s, beside tests/ntk/test_kernels.py::test_matches_bruteforce
 def test_ntk_matches_the_brute_force_jacobian():
     """sequence_kernel of a FIRE model equals the brute-force kernel from jax.jacrev over all
     parameters, FIRE's MLP, c and L included: F(x) = sum_i logits_i / sqrt(V) ("trace")."""

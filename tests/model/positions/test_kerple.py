@@ -120,6 +120,7 @@ def test_training_moves_r1_and_r2_and_keeps_them_positive():
         assert np.all(np.asarray(jax.nn.softplus(after)) > 0)
 
 
+@pytest.mark.slow  # ~25 s, beside tests/ntk/test_kernels.py::test_matches_bruteforce
 def test_ntk_matches_the_brute_force_jacobian():
     """sequence_kernel of a KERPLE model equals the brute-force kernel from jax.jacrev over all
     parameters, KERPLE's r1 and r2 included: F(x) = sum_i logits_i / sqrt(V) ("trace")."""

@@ -256,6 +256,7 @@ def test_training_moves_the_table_of_the_distances_it_sees():
     np.testing.assert_array_equal(trained[:, 16:], 0.0)  # buckets no training distance reaches
 
 
+@pytest.mark.slow  # ~25 s, beside tests/ntk/test_kernels.py::test_matches_bruteforce
 def test_ntk_matches_the_brute_force_jacobian():
     """sequence_kernel of a T5-bias model equals the brute-force kernel from jax.jacrev over all
     parameters, the bias table included: F(x) = sum_i logits_i / sqrt(V) ("trace")."""

@@ -118,6 +118,7 @@ def test_every_scaling_acts_on_its_frequencies_and_keeps_the_decay():
     assert float(yarn.position.attention_factor.value) > 1.0
 
 
+@pytest.mark.slow  # ~25 s, beside tests/ntk/test_kernels.py::test_matches_bruteforce
 def test_ntk_matches_the_brute_force_jacobian():
     """sequence_kernel of an xPos model equals the jacrev kernel; the decay changes it."""
     tiny = tiny_trial("xpos", width=16, head_dim=8, vocab=14)
