@@ -246,6 +246,15 @@ def _swap_in(tmp: Path, out: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def _ids_fingerprint(train: np.ndarray, held_out: np.ndarray, dtype: np.dtype) -> str:
+    """sha256 of the two token arrays as written (their dtype, each split's ids)."""
+    digest = hashlib.sha256(np.dtype(dtype).str.encode())
+    for ids in (train, held_out):
+        digest.update(np.ascontiguousarray(np.asarray(ids).astype(dtype)).tobytes())
+        digest.update(b"|")
+    return digest.hexdigest()
+
+
 def write_ids(
     out: str | Path, train: np.ndarray, held_out: np.ndarray, vocab_size: int = 256
 ) -> Path:
@@ -271,7 +280,7 @@ def write_ids(
             "document_separator": SEPARATOR,
             "tokenizer": {"spec": "bytes", "sha256": ""},
             "sources": [],
-            "fingerprint": "",
+            "fingerprint": _ids_fingerprint(train, held_out, dtype),
         }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
         _swap_in(tmp, out)

@@ -160,6 +160,12 @@ class TaskParams:
             raise ValueError(f"task {cls.name!r} needs parameter(s): {', '.join(missing)}")
         return cls(**params)
 
+    def data_identity(self) -> str | None:
+        """What the task's data is, when its parameters do not say it (a prepared corpus'
+        fingerprint: the folder a path names can be prepared again with other text): trial
+        ids hash it. None: the parameters say it."""
+        return None
+
     def values(self) -> dict[str, Any]:
         """Parameter values by name."""
         return {f.name: getattr(self, f.name) for f in self.param_fields()}

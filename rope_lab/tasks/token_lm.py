@@ -29,6 +29,12 @@ class TokenLMParams(TaskParams):
 
     path: str
     display_name: ClassVar[str] = "token LM"
+
+    def data_identity(self) -> str | None:
+        """The corpus' fingerprint (`meta.json`): a folder prepared again from other text or
+        with another tokenizer trains other models, under other trial ids."""
+        return str(read_meta(self.path)["fingerprint"])
+
     order: ClassVar[int] = 6
     is_text: ClassVar[bool] = True
     default_metric: ClassVar[str] = "loss"

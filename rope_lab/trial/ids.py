@@ -11,7 +11,7 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
-from rope_lab.typed import to_dict
+from rope_lab.typed import thaw, to_dict
 
 if TYPE_CHECKING:
     from rope_lab.config import TrialConfig
@@ -93,10 +93,16 @@ TRAINING_SECTIONS = ("model", "task", "train", "ntk")
 def training_hash(cfg: TrialConfig, n: int = 10) -> str:
     """`config_hash` of what trains a trial's model: the TRAINING_SECTIONS, plus the position
     table's length (`max_length`, which the eval lengths can set) when an encoding of the model
-    is `sized_by_length` (a learned table). Specs differing only in evaluation, scalings or
-    fine-tunes share the trained model."""
+    is `sized_by_length` (a learned table), and the task's `data_identity` when it has one (a
+    prepared corpus' fingerprint). Specs differing only in evaluation, scalings or fine-tunes
+    share the trained model."""
     full = to_dict(cfg)
     data: dict[str, Any] = {section: full[section] for section in TRAINING_SECTIONS}
+    from rope_lab.registry import TASKS  # a task's data identity (a corpus' fingerprint)
+
+    identity = TASKS[cfg.task.name].from_kwargs(**thaw(cfg.task.params)).data_identity()
+    if identity is not None:
+        data["data"] = identity
     m = cfg.model
     if any(m.layer_position(layer).options.sized_by_length for layer in m.pattern):
         data["table_length"] = cfg.max_length

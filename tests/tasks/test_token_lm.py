@@ -218,3 +218,20 @@ def test_bits_per_byte_of_a_bytes_corpus_is_the_loss_over_ln_2(tmp_path, protoco
         expected = whole["loss"] * mask.sum() / nbytes / math.log(2)
         assert whole["bits_per_byte"] == pytest.approx(expected, rel=1e-9)
     assert whole["bits_per_byte"] < whole["loss"] / math.log(2) / 2  # BPE tokens: > 2 bytes
+
+
+def test_a_corpus_prepared_again_with_other_tokens_gets_other_trial_ids(tmp_path) -> None:
+    """Trial ids hash the corpus' fingerprint, not only its folder: the same folder written
+    again with other token ids trains other models; the same ids give the same trial."""
+    from rope_lab.config import TrialConfig, from_dict
+
+    def trial_id() -> str:
+        task = {"name": "lm_tokens", "vocab_size": 256, "params": {"path": str(path)}}
+        return from_dict(TrialConfig, {"task": task}).trial_id
+
+    path = write_ids(tmp_path / "c", np.arange(100) % 256, np.arange(20))
+    first = trial_id()
+    write_ids(tmp_path / "c", np.arange(100) % 256, np.arange(20))
+    assert trial_id() == first
+    write_ids(tmp_path / "c", np.arange(100)[::-1] % 256, np.arange(20))
+    assert trial_id() != first
