@@ -51,7 +51,9 @@ def evidence(source: Any, **options: Any) -> Evidence:
 
     res = query.results_of(source)
     eval_rows = query.eval_table(res, whole_sequence=False)
-    ntk_rows = query.ntk_table(res) if "metric" in res.ntk.collect_schema().names() else None
+    has_rows = "metric" in res.ntk.collect_schema().names()
+    # every kernel: NTK claims read the `ntk` rows (`kernels.ntk_metric`), NNGP ones both
+    ntk_rows = query.ntk_table(res, kernel=None) if has_rows else None
     decode_rows = query.eval_table(res, mode="decode")
     return Evidence.from_frames(eval_rows, ntk_rows, decode_rows, **options)
 

@@ -67,3 +67,23 @@ def test_claims_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert "unknown claim 'alibi_flatt' (did you mean 'alibi_flat'?)" in err
     assert main(["claims", str(tmp_path / "nowhere")]) == 1
     assert "rope-lab: error:" in capsys.readouterr().err
+
+
+def test_nngp_rows_reach_the_nngp_claim_from_a_store(tmp_path: Path) -> None:
+    """Loaded from disk, NNGP rows (`kernel: nngp`) reach the claim that reads them, and the
+    NTK claims keep reading only the NTK's."""
+    from rope_lab.analysis.claims import judge
+
+    run = write_store(tmp_path / "run")
+    for seed in (0, 1):
+        ntk = {2: 0.8, 4: 0.4}
+        nngp = {2: 0.9, 4: 0.85}
+        rows = [
+            {"step": 0, "probe_length": 16 * r, "group": "total", "metric": "tail_cos_mean",
+             "value": v, "method": "none", "factor": 1.0, "kernel": kernel}
+            for kernel, values in (("ntk", ntk), ("nngp", nngp)) for r, v in values.items()
+        ]  # fmt: skip
+        append_rows(trial_dir(run, f"rope-s{seed}"), "ntk", rows, segment="ntk")
+    (v,) = judge(run, ["nngp_stabler_than_ntk"])
+    assert v.numbers == {"ntk": pytest.approx(0.4), "nngp": pytest.approx(0.05)}
+    assert v.verdict == "holds"
