@@ -29,6 +29,7 @@ LAYERS: Final = "model.layers"
 SSMAX: Final = "model.scalable_softmax"
 POSE: Final = "train.pose_target_length"
 REGIME: Final = "train.regime"  # "lazy": the linearised twin of the network
+LAZY_SUFFIX: Final = " +lazy"  # what a lazy twin's variant ends with
 RANDOMIZED: Final = "model.position.randomized"
 PROTOCOL: Final = "eval.text_protocol"
 STRIDE: Final = "eval.text_stride"
@@ -147,7 +148,7 @@ def variant_expr(columns: Sequence[str], *, protocol: bool = True) -> pl.Expr:
         pose = pl.concat_str([pl.lit(" +PoSE "), pl.col(POSE).cast(pl.String)])
         out = pl.concat_str([out, pose.fill_null("")])
     if REGIME in columns:
-        lazy = pl.when(pl.col(REGIME).fill_null("rich") == "lazy").then(pl.lit(" +lazy"))
+        lazy = pl.when(pl.col(REGIME).fill_null("rich") == "lazy").then(pl.lit(LAZY_SUFFIX))
         out = pl.concat_str([out, lazy.otherwise(pl.lit(""))])
     if protocol and PROTOCOL in columns:
         out = pl.concat_str([out, protocol_expr(columns)])

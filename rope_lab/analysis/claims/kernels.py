@@ -21,6 +21,7 @@ from rope_lab.analysis.claims.base import (
     missing,
     per_seed,
 )
+from rope_lab.analysis.curve_labels import LAZY_SUFFIX
 
 SHIFT_TOLERANCE = 0.01
 TAIL_RATIO = 4.0
@@ -159,46 +160,55 @@ def shift_invariance(ev: Evidence, meta: Claim) -> list[Verdict]:
 )
 def drift_falls_with_width(ev: Evidence, meta: Claim) -> list[Verdict]:
     """Slope of log relative_change vs log width < 0, per task and variant with >= 2 widths."""
-    from rope_lab.analysis.fits import drift_slope
-
     out = []
     for task in ntk_tasks(ev) or ev.tasks():
         rows = ntk_metric(ev, task, "relative_change")
         if "model.parametrization" in rows.columns:
             rows = rows.filter(pl.col("model.parametrization") == "ntk")
+        if not rows.is_empty():  # a linearised twin's kernel does not move, by construction
+            rows = rows.filter(~pl.col("variant").str.ends_with(LAZY_SUFFIX))
         if rows.is_empty():
             out.append(missing(meta, task, "needs NTK-parametrised trials with NTK tracking"))
             continue
-        for variant in sorted(set(rows.get_column("variant").to_list())):
-            mine = rows.filter(pl.col("variant") == variant)
-            if mine.get_column("model.width").n_unique() < 2:
-                out.append(missing(meta, f"{task}: {variant}", "needs >= 2 widths"))
-                continue
-            fit = drift_slope(mine, metric="relative_change", seed=ev.seed, n_boot=ev.n_boot)
-            lo, hi = fit.ci
-            seeds = min(len(per_seed(g)) for _, g in mine.group_by("model.width"))
-            verdict = decide(lo, hi, 0.0, "<") if seeds >= ev.min_seeds else "inconclusive"
-            if seeds < ev.min_seeds:
-                reason = f"{seeds} seed(s) per width"
-            elif math.isnan(lo):
-                reason = "the slope's interval needs >= 3 seeds (resampled as wholes)"
-            else:
-                reason = "" if verdict != "inconclusive" else "the slope's interval straddles 0"
-            out.append(
-                Verdict(
-                    claim=meta.name,
-                    scope=f"{task}: {variant}",
-                    statement=meta.statement,
-                    verdict=verdict,
-                    effect=fit.slope,
-                    ci_low=lo,
-                    ci_high=hi,
-                    threshold=0.0,
-                    direction="<",
-                    seeds=seeds,
-                    numbers={"r2": fit.r2, "points": fit.n},
-                    source=meta.source,
-                    reason=reason,
-                )
+        out += width_slopes(ev, meta, task, rows, "relative_change")
+    return out
+
+
+def width_slopes(
+    ev: Evidence, meta: Claim, task: str, rows: pl.DataFrame, metric: str
+) -> list[Verdict]:
+    """Per variant of ``rows`` (one ``metric`` value per trial): the log-log slope of
+    ``metric`` vs width < 0, with its bootstrap interval over seeds (resampled as wholes);
+    inconclusive with fewer than 2 widths or ``ev.min_seeds`` seeds per width."""
+    from rope_lab.analysis.fits import drift_slope
+    from rope_lab.analysis.query import ntk_final
+
+    out = []
+    for variant in sorted(set(rows.get_column("variant").to_list())):
+        mine = rows.filter(pl.col("variant") == variant)
+        if mine.get_column("model.width").n_unique() < 2:
+            out.append(missing(meta, f"{task}: {variant}", "needs >= 2 widths"))
+            continue
+        if not (ntk_final(mine, metric).get_column("value").cast(pl.Float64) > 0).all():
+            reason = f"{metric} is not positive in every trial: no log-log slope"
+            out.append(missing(meta, f"{task}: {variant}", reason))
+            continue
+        fit = drift_slope(mine, metric=metric, seed=ev.seed, n_boot=ev.n_boot)
+        lo, hi = fit.ci
+        seeds = min(len(per_seed(g)) for _, g in mine.group_by("model.width"))
+        verdict = decide(lo, hi, 0.0, "<") if seeds >= ev.min_seeds else "inconclusive"
+        if seeds < ev.min_seeds:
+            reason = f"{seeds} seed(s) per width"
+        elif math.isnan(lo):
+            reason = "the slope's interval needs >= 3 seeds (resampled as wholes)"
+        else:
+            reason = "" if verdict != "inconclusive" else "the slope's interval straddles 0"
+        out.append(
+            Verdict(
+                claim=meta.name, scope=f"{task}: {variant}", statement=meta.statement,
+                verdict=verdict, effect=fit.slope, ci_low=lo, ci_high=hi, threshold=0.0,
+                direction="<", seeds=seeds, numbers={"r2": fit.r2, "points": fit.n},
+                source=meta.source, reason=reason,
             )
+        )  # fmt: skip
     return out

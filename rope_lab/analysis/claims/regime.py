@@ -25,16 +25,21 @@ from rope_lab.analysis.claims.base import (
     Stat,
     Verdict,
     claim,
-    decide,
     judge_arms,
     judge_gap,
     missing,
     per_seed,
 )
-from rope_lab.analysis.claims.kernels import SHIFT_TOLERANCE, TAIL_RATIO, ntk_metric, ntk_tasks
+from rope_lab.analysis.claims.kernels import (
+    SHIFT_TOLERANCE,
+    TAIL_RATIO,
+    ntk_metric,
+    ntk_tasks,
+    width_slopes,
+)
 from rope_lab.analysis.claims.measures import ratio_at_most, rise_past_train
+from rope_lab.analysis.curve_labels import LAZY_SUFFIX
 
-LAZY_SUFFIX = " +lazy"
 FAMILY = "model.family"
 CNN = "cnn"
 KERNEL = "kernel"  # NTK-table column: "ntk" (default) or "nngp"
@@ -170,8 +175,6 @@ def features_rescue_extrapolation(ev: Evidence, meta: Claim) -> list[Verdict]:
 )
 def kernel_predicts_network_at_width(ev: Evidence, meta: Claim) -> list[Verdict]:
     """Slope of log error vs log width < 0, per task and network variant with >= 2 widths."""
-    from rope_lab.analysis.fits import drift_slope
-
     out = []
     for task in ntk_tasks(ev) or ev.tasks():
         rows = _last_at_probe(ev, task, PREDICTION_METRIC, TAIL_RATIO)
@@ -183,36 +186,7 @@ def kernel_predicts_network_at_width(ev: Evidence, meta: Claim) -> list[Verdict]
             needs = f"needs NTK-parametrised networks with {PREDICTION_METRIC} rows"
             out.append(missing(meta, task, needs))
             continue
-        for variant in sorted(set(rows.get_column("variant").to_list())):
-            mine = rows.filter(pl.col("variant") == variant)
-            scope = f"{task}: {variant}"
-            if mine.get_column("model.width").n_unique() < 2:
-                out.append(missing(meta, scope, "needs >= 2 widths"))
-                continue
-            fit = drift_slope(mine, metric=PREDICTION_METRIC, seed=ev.seed, n_boot=ev.n_boot)
-            lo, hi = fit.ci
-            seeds = min(len(per_seed(g)) for _, g in mine.group_by("model.width"))
-            enough = seeds >= ev.min_seeds and not math.isnan(lo)
-            verdict = decide(lo, hi, 0.0, "<") if enough else "inconclusive"
-            reason = (
-                ""
-                if verdict != "inconclusive"
-                else (
-                    f"{seeds} seed(s) per width"
-                    if seeds < ev.min_seeds
-                    else "the slope's interval needs >= 3 seeds"
-                    if math.isnan(lo)
-                    else "the slope's interval straddles 0"
-                )
-            )
-            out.append(
-                Verdict(
-                    claim=meta.name, scope=scope, statement=meta.statement, verdict=verdict,
-                    effect=fit.slope, ci_low=lo, ci_high=hi, threshold=0.0, direction="<",
-                    seeds=seeds, numbers={"r2": fit.r2, "points": fit.n}, source=meta.source,
-                    reason=reason,
-                )
-            )  # fmt: skip
+        out += width_slopes(ev, meta, task, rows, PREDICTION_METRIC)
     return out
 
 

@@ -152,3 +152,24 @@ def test_cnn_shift_invariance_within_the_relative_tolerance() -> None:
     (v,) = judge(evidence(rows, kernel), ["cnn_kernel_shift_invariant"])
     assert v.effect == pytest.approx(0.01 - 0.0025) and v.verdict == "holds"
     assert v.numbers["rope"] == pytest.approx(0.001)
+
+
+def test_drift_claim_leaves_lazy_twins_out_and_calls_a_zero_drift_inconclusive() -> None:
+    """A linearised twin's kernel never moves (relative_change 0): the drift claim reads only
+    networks, and a network whose drift is 0 gets a reason, not a failed log-log fit."""
+    rows = trial_rows("rope", 0, {1: 1.0})
+    kernel = []
+    for s in (0, 1, 2):
+        for w in (32, 64, 128):
+            ntk_cfg = {"model.parametrization": "ntk"}
+            drift = 0.5 * (w / 32) ** -0.5 * (1 + 0.01 * s)
+            kernel += ntk("rope", s, "relative_change", {L: 0.0}, step=0, width=w, config=ntk_cfg)
+            kernel += ntk("rope", s, "relative_change", {L: drift}, width=w, config=ntk_cfg)
+            lazy = {**ntk_cfg, **LAZY}
+            kernel += ntk("rope", s, "relative_change", {L: 0.0}, width=w, config=lazy)
+            kernel += ntk("alibi", s, "relative_change", {L: 0.0}, width=w, config=ntk_cfg)
+    verdicts = by_scope(judge(evidence(rows, kernel), ["drift_falls_with_width"]))
+    assert sorted(verdicts) == ["copy: alibi", "copy: rope"]
+    assert verdicts["copy: rope"].effect == pytest.approx(-0.5, abs=1e-6)
+    assert verdicts["copy: alibi"].verdict == "inconclusive"
+    assert "not positive" in verdicts["copy: alibi"].reason
