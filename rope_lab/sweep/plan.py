@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from rope_lab.config import TrialConfig
 from rope_lab.ntk.plan import gradient_passes, outputs_per_row
 from rope_lab.sweep.spec import SweepSpec, axis_assignments, format_value
@@ -53,6 +55,21 @@ def ntk_flops(trial: TrialConfig) -> int:
     )
 
 
+def nngp_flops(trial: TrialConfig) -> int:
+    """FLOPs of the NNGP at initialisation (`rope_lab.ntk.nngp.probe_outputs`, `ntk.nngp_samples`
+    K > 0): K forwards of every probe sequence (the short probes twice, at positions 0.. and
+    + L_train; each long probe set once), all padded to the longest probe length, in chunks of
+    `ntk.chunk_size` sequences (the last chunk padded)."""
+    nk = trial.ntk
+    if not nk.enabled or nk.nngp_samples == 0:
+        return 0
+    lengths = trial.ntk_lengths
+    sequences = nk.probes * (2 + len(lengths))
+    chunk = min(nk.chunk_size, sequences)
+    longest = max([trial.train.length, *lengths])
+    return nk.nngp_samples * math.ceil(sequences / chunk) * chunk * forward_flops(trial, longest)
+
+
 def n_stages(trial: TrialConfig) -> int:
     """Sweep stages of a trial (`stage_plan.trial_stages`): train, the model as trained, and
     one per scaling (each RoPE method x factor, fine-tuning included; the zero-shot
@@ -93,7 +110,8 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
     Fine-tuning (RoPE, eval.finetune_steps > 0) repeats that at factor x L for each scaling;
     evaluation is forward only at every eval length, once per scaling (direct; plus each
     method x factor for RoPE, and again after fine-tuning); ntk_flops is the empirical-NTK
-    tracking (`ntk_flops`). total_flops = train + fine-tune + eval + NTK. stages: `n_stages`.
+    tracking (`ntk_flops`) and the NNGP at initialisation (`nngp_flops`).
+    total_flops = train + fine-tune + eval + NTK. stages: `n_stages`.
     Periodic hooks other than the NTK tracking are not counted.
     A lazy trial (`train.regime: lazy`) runs one `jax.jvp` of the network per forward and the
     transpose of that jvp per backward: measured against the rich step in the same run
@@ -149,7 +167,7 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
         "finetune_flops": 3 * ft_seqs * sum(seq_flops(n) for n in ft_lengths),
         "eval_tokens": sum(k * n for n, k in eval_seqs.items()),
         "eval_flops": sum(k * seq_flops(n) for n, k in eval_seqs.items()),
-        "ntk_flops": ntk_flops(trial),
+        "ntk_flops": ntk_flops(trial) + nngp_flops(trial),
         "receptive_field": m.receptive_field or 0,
     }
     if tr.regime == "lazy":

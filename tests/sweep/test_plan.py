@@ -62,6 +62,15 @@ def test_ntk_passes_and_flops_by_hand() -> None:
     assert (f16, f32) == (216, 320)
 
 
+def test_the_nngp_is_counted_with_the_ntk() -> None:
+    """3 initialisations x the probe sequences (4 short, the same 4 shifted, 4 at 32) in chunks
+    of 8 (12 -> 16, the last chunk padded), each a forward at the longest probe, 32."""
+    base = estimate_cost(_trial())["ntk_flops"]
+    with_nngp = estimate_cost(_trial(ntk={"nngp_samples": 3}))["ntk_flops"]
+    assert with_nngp - base == 3 * 16 * _forward(32)
+    assert estimate_cost(_trial(ntk={"nngp_samples": 3, "enabled": False}))["ntk_flops"] == 0
+
+
 def test_ntk_flops_padded_to_the_longest_probe() -> None:
     cfg = _trial(ntk={"pad_to_longest": True})
     # every call at length 32 with 2 rows (5 F(32) per sequence); position kernels: 2 rows
