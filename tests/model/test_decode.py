@@ -176,6 +176,7 @@ def test_re_rotating_the_cache_is_exact_in_one_layer_and_not_deeper():
     assert gaps[2][inside + 1 :].min() > 1e-4
 
 
+@pytest.mark.slow  # ~33 s
 def test_prefill_fixed_is_one_scaling_for_the_whole_generation():
     model, prompt = _rope_model(), TOKENS[:6]
     tokens, logits = generate(model, prompt, 8, CAPACITY, protocol="prefill_fixed", scaling=DYNAMIC)

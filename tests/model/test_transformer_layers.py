@@ -236,6 +236,7 @@ def test_temperature_multiplies_every_layers_logits_bias_included():
     assert log_length_temperature(64, 16) == pytest.approx(math.log(64) / math.log(16))
 
 
+@pytest.mark.slow  # ~40 s of brute-force Jacobians
 def test_ntk_of_a_layout_equals_the_brute_force_jacobian():
     """The kernel of a model with a T5-bias layer kind equals jacrev's, and the kind's own table
     (an `embedding`-group parameter) contributes to it."""

@@ -243,6 +243,34 @@ DEFECTS = (
         "",
         ("tests/trial/test_evaluate.py::test_finetune_only_the_chosen_methods_and_factors",),
     ),
+    Defect(
+        "lazy-twin-without-its-initial-output",
+        "rope_lab/model/lazy.py",
+        "    return out + tangent",
+        "    return tangent",
+        ("tests/model/test_lazy.py::test_lazy_model_is_the_taylor_expansion_around_init",),
+    ),
+    Defect(
+        "nngp-divided-by-k",
+        "rope_lab/ntk/nngp.py",
+        "reshape(n, rows, -1) / math.sqrt(samples)",
+        "reshape(n, rows, -1) / samples",
+        ("tests/ntk/test_columns.py",),
+    ),
+    Defect(
+        "cnn-padded-on-the-right",
+        "rope_lab/model/cnn.py",
+        "[(pad, 0), (0, 0)]",
+        "[(0, pad), (0, 0)]",
+        ("tests/model/test_cnn.py",),
+    ),
+    Defect(
+        "tail-movement-without-region-sizes",
+        "rope_lab/ntk/predictions.py",
+        "    return float(np.mean(np.abs(_f64(tail)))) / n_tail / den",
+        "    return float(np.mean(np.abs(_f64(tail)))) / den",
+        ("tests/ntk/test_columns.py", "tests/ntk/test_predictions.py"),
+    ),
 )
 
 

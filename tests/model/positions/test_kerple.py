@@ -281,6 +281,7 @@ def test_power_gradient_is_finite_at_distance_zero():
     assert not np.all(np.isfinite(np.asarray(jax.grad(naive)(enc.raw_r2))))
 
 
+@pytest.mark.slow  # ~22 s, beside tests/ntk/test_kernels.py::test_matches_bruteforce
 def test_power_ntk_matches_the_brute_force_jacobian():
     """sequence_kernel of a KERPLE-power model equals the brute-force kernel from jax.jacrev
     over all parameters, r1 and r2 included: F(x) = sum_i logits_i / sqrt(V) ("trace")."""
