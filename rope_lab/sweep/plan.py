@@ -87,7 +87,7 @@ def eval_sequences(trial: TrialConfig, length: int) -> int:
     from rope_lab.tasks import task_from_config
     from rope_lab.tasks.text_lm import window_count
 
-    size = task_from_config(trial.task).split_bytes("eval").size  # type: ignore[attr-defined]
+    size = task_from_config(trial.task).split_tokens("eval").size  # type: ignore[attr-defined]
     stride = min(ev.text_stride or trial.train.length, length)
     windows = window_count(size, length, ev.text_protocol, stride)
     return -(-windows // ev.batch_size) * ev.batch_size

@@ -157,6 +157,11 @@ class TextLMTask(TextLMParams, Task):
         start, stop = text_split_bounds(int(self.data.size), self.eval_fraction)[split]
         return self.data[start:stop]
 
+    def split_tokens(self, split: str) -> np.ndarray:
+        """The token ids of one split (n,): its bytes (`split_bytes`), as ``lm_tokens``
+        names its split's memory map, so callers read either text task alike."""
+        return self.split_bytes(split)
+
     def validate(self, length: int, split: str | None = "train") -> None:
         super().validate(length, split)
         if split is not None:  # None: the sampler checks the size of the operands it gets

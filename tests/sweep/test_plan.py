@@ -185,3 +185,33 @@ def test_text_protocols_count_every_window_of_the_held_out_text(tmp_path) -> Non
     assert eval_sequences(sliding, 32) == 12
     random = replace(trial, **{"eval.text_protocol": "random"})
     assert eval_sequences(random, 32) == trial.eval.batches * 4
+
+
+def test_text_protocols_count_the_windows_of_a_token_corpus(tmp_path) -> None:
+    """lm_tokens counts its eval.bin's tokens as lm_text counts bytes: 100 held-out tokens
+    give the windows of the test above (6 at L 16, 3 at L 32: 8 and 4 sequences)."""
+    import numpy as np
+
+    from rope_lab.config import replace, validate
+    from rope_lab.corpus.prepare import write_ids
+    from rope_lab.sweep.plan import eval_sequences
+
+    corpus = write_ids(tmp_path / "c", np.arange(900) % 256, np.arange(100))
+    trial = validate(
+        replace(
+            _trial(),
+            **{
+                "task.name": "lm_tokens",
+                "task.vocab_size": 256,
+                "task.params": (("path", str(corpus)),),
+                "model.position.kind": "alibi",
+                "train.length": 16,
+                "eval.length_multipliers": (1.0, 2.0),
+                "eval.batch_size": 4,
+                "eval.methods": (),
+                "eval.text_protocol": "nonoverlapping",
+                "ntk.enabled": False,
+            },
+        )
+    )
+    assert [eval_sequences(trial, n) for n in (16, 32)] == [8, 4]
