@@ -8,18 +8,22 @@ separator ``"\\n\\n"`` (encoded by the tokenizer), so a bytes corpus of ``builti
 is ``lm_text``'s text of it plus one trailing separator. Written into a hidden sibling folder
 and renamed into place, so an interrupted run leaves no half-written corpus; a folder whose
 ``meta.json`` has the same fingerprint (format, tokenizer, sources' hashes, split) is left
-untouched.
+untouched. The documents are streamed, never held together: a first pass records each one's
+size (the split and the progress total need no more), then the BPE trainer and the encoder
+read the sources again, ``CHUNK_BYTES`` of text at a time, and files are read and hashed in
+``sources.READ_BYTES`` pieces (a lone file's sections included).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import shutil
 import sys
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -67,20 +71,37 @@ def fingerprint(
     return hashlib.sha256(blob).hexdigest(), record
 
 
-def split_documents(docs: list[str], fraction: float) -> tuple[list[str], list[str]]:
-    """(train, eval): the last documents whose UTF-8 bytes first reach ``fraction`` of the total
-    are eval; at least one document each (CorpusError naming the count otherwise)."""
-    if len(docs) < 2:
+def split_point(sizes: Sequence[int], fraction: float) -> int:
+    """How many documents train on: the last documents whose UTF-8 bytes (``sizes``, one per
+    document) first reach ``fraction`` of the total are eval; at least one document each
+    (CorpusError naming the count otherwise)."""
+    if len(sizes) < 2:
         raise CorpusError(
             f"--eval-fraction needs at least 2 documents to split whole, the sources hold "
-            f"{len(docs)} (give more files, a file with blank-line-separated sections, or --eval)"
+            f"{len(sizes)} (give more files, a file with blank-line-separated sections, or --eval)"
         )
-    sizes = [len(d.encode()) for d in docs]
-    target, held, cut = fraction * sum(sizes), 0, len(docs)
+    target, held, cut = fraction * sum(sizes), 0, len(sizes)
     while cut > 1 and held < target:
         cut -= 1
         held += sizes[cut]
-    return docs[:cut], docs[cut:]
+    return cut
+
+
+@dataclass(frozen=True)
+class _Scan:
+    """What one pass over the documents of some files found, holding none of them: each
+    document's UTF-8 size and whether it holds more than whitespace."""
+
+    sizes: tuple[int, ...]
+    texts: tuple[bool, ...]
+
+    @classmethod
+    def of(cls, files: Sequence[str]) -> _Scan:
+        pairs = [(len(doc.encode()), bool(doc.strip())) for doc in documents(files)]
+        return cls(tuple(n for n, _ in pairs), tuple(t for _, t in pairs))
+
+    def part(self, start: int, stop: int | None = None) -> _Scan:
+        return _Scan(self.sizes[start:stop], self.texts[start:stop])
 
 
 def prepare(
@@ -116,21 +137,32 @@ def prepare(
             pass
         status = "replaced"
 
-    train_docs = list(documents(files))
+    # The documents are streamed, never held together: one pass finds their sizes (and any
+    # input error, before anything is written), then each use reads the sources again.
+    scan = _Scan.of(files)
+    parts: dict[str, tuple[Sequence[str], int, int | None]]
     if eval_files is None:
         assert eval_fraction is not None
-        train_docs, eval_docs = split_documents(train_docs, eval_fraction)
+        cut = split_point(scan.sizes, eval_fraction)
+        train_scan, eval_scan = scan.part(0, cut), scan.part(cut)
+        parts = {"train": (files, 0, cut), "eval": (files, cut, None)}
     else:
-        eval_docs = list(documents(eval_files))
-    for split, docs, names in (("train", train_docs, files), ("eval", eval_docs, eval_files)):
-        if not any(d.strip() for d in docs):
+        train_scan, eval_scan = scan, _Scan.of(eval_files)
+        parts = {"train": (files, 0, None), "eval": (eval_files, 0, None)}
+
+    def docs_of(split: str) -> Iterator[str]:
+        names, start, stop = parts[split]
+        return itertools.islice(documents(names), start, stop)
+
+    for split, found, names in (("train", train_scan, files), ("eval", eval_scan, eval_files)):
+        if not any(found.texts):
             raise CorpusError(f"empty corpus: the {split} sources {names or files} hold no text")
 
     if kind == "bytes":
         tok = toks.bytes_tokenizer()
     elif kind == "bpe":
         assert bpe_size is not None
-        tok = toks.train_bpe(train_docs, bpe_size)
+        tok = toks.train_bpe(docs_of("train"), bpe_size)
     else:
         tok = toks.load_file(tokenizer)
     vocab_size = int(tok.get_vocab_size())
@@ -141,11 +173,13 @@ def prepare(
     tmp.mkdir(parents=True)
     try:
         counts: dict[str, Any] = {}
-        total = sum(len(d.encode()) + len(SEPARATOR) for d in (*train_docs, *eval_docs))
+        sizes = (*train_scan.sizes, *eval_scan.sizes)
+        total = sum(sizes) + len(SEPARATOR.encode()) * len(sizes)
         with _progress(total, progress) as bar:
-            for split, docs in (("train", train_docs), ("eval", eval_docs)):
-                with open(tmp / SPLIT_FILES[split], "xb") as f:
-                    counts[split] = _write_split(f, docs, tok, kind, dtype, lengths, bar)
+            for split in ("train", "eval"):
+                with open(tmp / SPLIT_FILES[split], "xb") as out_file:
+                    docs = docs_of(split)
+                    counts[split] = _write_split(out_file, docs, tok, kind, dtype, lengths, bar)
         (tmp / "tokenizer.json").write_text(toks.tokenizer_json(tok))
         meta = {
             "format": FORMAT,
@@ -173,11 +207,18 @@ def prepare(
 
 
 def _write_split(
-    f: BinaryIO, docs: list[str], tok: Any, kind: str, dtype: np.dtype, lengths: np.ndarray, bar
+    f: BinaryIO,
+    docs: Iterable[str],
+    tok: Any,
+    kind: str,
+    dtype: np.dtype,
+    lengths: np.ndarray,
+    bar: Callable[[int], None],
 ) -> dict[str, Any]:
-    """Encode ``docs`` (each followed by the separator) into ``f``: token, byte and document
-    counts, and whether the tokens' byte lengths add up to the text's bytes."""
-    tokens = nbytes = counted = 0
+    """Encode ``docs`` (each followed by the separator; read as they come, ``CHUNK_BYTES`` of
+    text held at a time) into ``f``: token, byte and document counts, and whether the tokens'
+    byte lengths add up to the text's bytes."""
+    tokens = nbytes = counted = n_docs = 0
     chunk: list[str] = []
     size = 0
 
@@ -189,6 +230,7 @@ def _write_split(
         counted += int(lengths[ids].sum())
 
     for doc in docs:
+        n_docs += 1
         chunk += [doc, SEPARATOR]
         n = len(doc.encode()) + len(SEPARATOR)
         size += n
@@ -198,7 +240,7 @@ def _write_split(
             flush()
             chunk, size = [], 0
     flush()
-    return {"tokens": tokens, "bytes": nbytes, "documents": len(docs), "exact": counted == nbytes}
+    return {"tokens": tokens, "bytes": nbytes, "documents": n_docs, "exact": counted == nbytes}
 
 
 class _progress:

@@ -10,6 +10,7 @@ still be split by ``--eval-fraction``.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import os
 from collections.abc import Iterator, Sequence
@@ -83,42 +84,80 @@ def expand(sources: Sequence[str]) -> list[str]:
     return out
 
 
+READ_BYTES = 4 << 20  # bytes read at a time: no file is read whole
+
+
 def read_text(path: str) -> str:
     """A text file's contents; CorpusError naming the file if it holds a NUL byte or is not
     valid UTF-8 (a binary file given as text)."""
-    data = Path(path).read_bytes()
-    if b"\x00" in data:
-        raise CorpusError(
-            f"{path}: holds NUL bytes at offset {data.index(0)}: a binary file, not text"
-        )
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise CorpusError(
-            f"{path}: not valid UTF-8 at byte {err.start} (a binary file, or another encoding)"
-        ) from None
+    return "".join(_text_chunks(path))
+
+
+def _text_chunks(path: str) -> Iterator[str]:
+    """A text file's contents, ``READ_BYTES`` at a time, decoded incrementally; CorpusError
+    naming the file and the offset of a NUL byte or of invalid UTF-8."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    with open(path, "rb") as f:
+        while True:
+            data = f.read(READ_BYTES)
+            if b"\x00" in data:
+                raise CorpusError(
+                    f"{path}: holds NUL bytes at offset {offset + data.index(0)}: a binary file, "
+                    "not text"
+                )
+            try:
+                text = decoder.decode(data, final=not data)
+            except UnicodeDecodeError as err:
+                held = len(decoder.getstate()[0])  # bytes of the last chunk's tail
+                raise CorpusError(
+                    f"{path}: not valid UTF-8 at byte {offset - held + err.start} (a binary "
+                    "file, or another encoding)"
+                ) from None
+            offset += len(data)
+            if text:
+                yield text
+            if not data:
+                return
+
+
+def sections(path: str) -> Iterator[str]:
+    """The non-empty blank-line-separated sections of a text file (``str.split`` at every
+    ``"\\n\\n"``, left to right), read a chunk at a time: one section in memory, not the file."""
+    rest = ""
+    for chunk in _text_chunks(path):
+        parts = (rest + chunk).split(SECTION_BREAK)
+        rest = parts.pop()
+        yield from (part for part in parts if part.strip())
+    if rest.strip():
+        yield rest
 
 
 def describe(name: str) -> Source:
-    """The hash and size of a source file or built-in corpus (its pages joined as ``lm_text``
-    reads them)."""
-    data = (
-        SECTION_BREAK.join(builtin_pages(name)).encode()
-        if is_builtin(name)
-        else Path(name).read_bytes()
-    )
-    return Source(name, hashlib.sha256(data).hexdigest(), len(data))
+    """The hash and size of a source file (read a chunk at a time) or built-in corpus (its
+    pages joined as ``lm_text`` reads them)."""
+    if is_builtin(name):
+        data = SECTION_BREAK.join(builtin_pages(name)).encode()
+        return Source(name, hashlib.sha256(data).hexdigest(), len(data))
+    digest, size = hashlib.sha256(), 0
+    with open(name, "rb") as f:
+        while data := f.read(READ_BYTES):
+            digest.update(data)
+            size += len(data)
+    return Source(name, digest.hexdigest(), size)
 
 
 def documents(files: Sequence[str]) -> Iterator[str]:
-    """The documents of ``files`` in order: a file each, a built-in page each, or, for one file
-    alone, its non-empty blank-line-separated sections."""
+    """The documents of ``files`` in order, one in memory at a time: a file each, a built-in
+    page each, or, for one file alone, its non-empty blank-line-separated sections (read a
+    chunk at a time). A generator: each call reads the files again."""
     for name in files:
         if is_builtin(name):
             yield from builtin_pages(name)
             continue
-        text = read_text(name)
         if len(files) == 1:
-            yield from (part for part in text.split(SECTION_BREAK) if part.strip())
-        elif text:
+            yield from sections(name)
+            continue
+        text = read_text(name)
+        if text:
             yield text

@@ -166,3 +166,54 @@ def test_builtin_python_docs_bytes_corpus_is_lm_text_s_text(tmp_path) -> None:
     done = prepare(["builtin:python-docs"], tmp_path / "c", "bytes", progress=False)
     both = np.concatenate([open_split(done.folder, s) for s in ("train", "eval")])
     np.testing.assert_array_equal(both[:-2], builtin_text("builtin:python-docs"))
+
+
+@pytest.mark.parametrize("tokenizer", ["bytes", "bpe:300"])
+def test_prepare_streams_its_documents(tmp_path: Path, monkeypatch, tokenizer) -> None:
+    """300 documents of ~100 bytes, encoded 256 bytes at a time: at most 4 documents are alive
+    at once (the encoder's chunk and the one being read), where holding the corpus keeps all
+    300; the files equal the text's bytes, and a lone file read 7 bytes at a time gives the
+    same corpus as the folder of its sections."""
+    import importlib
+    import weakref
+
+    from rope_lab.corpus import sources
+
+    prep = importlib.import_module("rope_lab.corpus.prepare")  # the package exports prepare()
+
+    class Doc(str):  # a str that can be watched by weak reference
+        pass
+
+    alive: weakref.WeakSet[Doc] = weakref.WeakSet()
+    most = 0
+
+    def watched(files):
+        nonlocal most
+        for doc in sources.documents(files):
+            d = Doc(doc)
+            alive.add(d)
+            most = max(most, len(alive))
+            yield d
+
+    texts = [f"document {i} " + "abcdefgh " * (8 + i % 5) for i in range(300)]
+    src = tmp_path / "src"
+    src.mkdir()
+    for i, text in enumerate(texts):
+        (src / f"{i:03d}.txt").write_text(text)
+    monkeypatch.setattr(prep, "CHUNK_BYTES", 256)
+    monkeypatch.setattr(prep, "documents", watched)
+    done = prepare([str(src)], tmp_path / "c", tokenizer, eval_fraction=0.1, progress=False)
+    assert 2 <= most <= 4
+    n_train = done.meta["train_documents"]
+    assert n_train + done.meta["eval_documents"] == 300
+    train = "".join(t + "\n\n" for t in texts[:n_train])
+    assert _decode(np.asarray(open_split(done.folder, "train")), done.folder) == train
+    assert done.meta["train_bytes"] == len(train.encode())
+
+    monkeypatch.setattr(sources, "READ_BYTES", 7)
+    lone = tmp_path / "lone.txt"
+    lone.write_text("\n\n".join(texts))
+    again = prepare([str(lone)], tmp_path / "d", tokenizer, eval_fraction=0.1, progress=False)
+    for split in ("train", "eval"):
+        a, b = (np.asarray(open_split(c.folder, split)) for c in (done, again))
+        np.testing.assert_array_equal(a, b)
