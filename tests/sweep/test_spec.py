@@ -358,13 +358,58 @@ def test_shipped_sweeps_load(name, n_trials):
     assert plan_table(spec).splitlines()[-1].startswith(f"total ({n_trials} trials)")
 
 
+def _prepare_commands(spec: Path) -> list[list[str]]:
+    """The `rope-lab corpus prepare ...` commands a spec's header names, as argument lists."""
+    lines = [line.lstrip("# ").split() for line in spec.read_text().splitlines()]
+    return [words[1:] for words in lines if words[:3] == ["rope-lab", "corpus", "prepare"]]
+
+
+def _option(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+
+
 def test_the_gpu_reproduction_names_the_corpus_it_needs(tmp_path, monkeypatch):
-    """reproduce.yaml reads data/corpus.txt (rope_lab downloads nothing): rejected, naming the
-    path, until it exists; with a corpus in place its 39 trials plan."""
+    """reproduce.yaml trains its language models on a prepared BPE corpus: its header names the
+    prepare command, whose folder and vocabulary are the spec's; until that folder holds a
+    corpus the spec is rejected naming it; with one in place (a stand-in of the same
+    vocabulary) its 39 trials plan."""
+    import numpy as np
+
+    from rope_lab.corpus.prepare import write_ids
+
+    spec_path = SWEEPS / "reproduce.yaml"
+    (command,) = _prepare_commands(spec_path)
+    folder, tokenizer = _option(command, "--out"), _option(command, "--tokenizer")
+    assert (folder, tokenizer) == ("corpora/reproduce-bpe32768", "bpe:32768")
+    raw = yaml.safe_load(spec_path.read_text())["zip"][0]
+    texts = [
+        (params["path"], vocab)
+        for params, vocab in zip(raw["task.params"], raw["task.vocab_size"], strict=True)
+        if "path" in params
+    ]
+    assert len(texts) == 8 and set(texts) == {(folder, 32768)}
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ConfigError, match=r"path='data/corpus.txt' does not exist"):
-        load_spec(SWEEPS / "reproduce.yaml")
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "corpus.txt").write_bytes(bytes(range(256)) * 4000)
-    spec = load_spec(SWEEPS / "reproduce.yaml")
+    with pytest.raises(ConfigError, match=rf"{folder}: no meta.json, not a prepared corpus"):
+        load_spec(spec_path)
+    write_ids(tmp_path / folder, np.arange(8192), np.arange(8192), vocab_size=32768)
+    spec = load_spec(spec_path)
     assert spec.name == "reproduce" and len(spec.trials) == 39
+
+
+def test_the_tokens_cpu_spec_loads_once_its_header_commands_ran(tmp_path, monkeypatch):
+    """tokens_cpu.yaml is rejected naming a corpus folder until the prepare commands of its
+    header have run; then its 18 trials (bytes and BPE on the same documents) plan."""
+    from rope_lab.cli import main
+
+    spec_path = SWEEPS / "tokens_cpu.yaml"
+    commands = _prepare_commands(spec_path)
+    assert [_option(c, "--tokenizer") for c in commands] == ["bytes", "bpe:4096"]
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"corpora/python-docs-bytes: no meta.json"):
+        load_spec(spec_path)
+    for command in commands:
+        assert main(command) == 0
+    spec = load_spec(spec_path)
+    assert spec.name == "tokens_cpu" and len(spec.trials) == 18
+    paths = {dict(t.task.params)["path"] for t in spec.trials}
+    assert paths == {_option(c, "--out") for c in commands}
