@@ -41,6 +41,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print()
         print(format_table(outcome.eval_rows, "loss"))
         print()
+        if any(r.get("bits_per_byte") is not None for r in outcome.eval_rows):  # text tasks
+            print(format_table(outcome.eval_rows, "bits_per_byte"))
+            print()
         threshold = cfg.eval.accuracy_threshold
         print(f"longest length keeping >= {threshold:.0%} of in-distribution accuracy:")
         for s in outcome.summary:

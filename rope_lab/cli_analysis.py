@@ -114,8 +114,8 @@ def write_table(frame: Any, fmt: str, output: Path | None) -> str | None:
 
 # Columns of the readable table format, after the config columns that vary between rows.
 TABLE_VIEW: Final = {
-    "eval": ("label", "finetune_steps", "length", "position_bucket", "loss", "accuracy",
-             "exact_match"),
+    "eval": ("label", "finetune_steps", "length", "position_bucket", "loss", "bits_per_byte",
+             "accuracy", "exact_match"),
     "ntk": ("label", "kernel", "step", "probe_length", "group", "metric", "value"),
     "train": ("step", "loss", "grad_norm", "lr"),
     "trials": ("trial_id", "status", "wall_time_s", "n_params"),
@@ -135,8 +135,9 @@ def _readable(frame: Any, table: str, selected: bool) -> tuple[Any, int]:
     view = [c for c in TABLE_VIEW[table] if c in frame.columns]
     if "finetune_steps" in view and frame.get_column("finetune_steps").n_unique() <= 1:
         view.remove("finetune_steps")
-    if "position_bucket" in view and frame.get_column("position_bucket").null_count() == len(frame):
-        view.remove("position_bucket")
+    for sparse in ("position_bucket", "bits_per_byte"):  # null: whole sequences; not text
+        if sparse in view and frame.get_column(sparse).null_count() == len(frame):
+            view.remove(sparse)
     skip = set(TABLE_SCHEMAS[table]) | set(view) | MEASUREMENT_COLUMNS | {"length_ratio"}
     candidates = [
         c
@@ -251,10 +252,13 @@ def cmd_loss_law(args: argparse.Namespace) -> int:
 
     from rope_lab.analysis.loss_law_table import loss_law_table
     from rope_lab.analysis.plots import scaling_data
+    from rope_lab.analysis.plots.frames import eval_frame
+    from rope_lab.analysis.query import loss_metric
 
-    rows, where = scaling_data(list(args.run_dirs), "loss", length_ratio=args.length_ratio)
+    metric = args.metric or loss_metric(eval_frame(list(args.run_dirs)))
+    rows, where = scaling_data(list(args.run_dirs), metric, length_ratio=args.length_ratio)
     by = tuple(_split(args.by)) if args.by else ()
-    table = loss_law_table(rows, n=args.n, by=by, n_boot=args.n_boot)
+    table = loss_law_table(rows, n=args.n, y=metric, by=by, n_boot=args.n_boot)
     if args.format != "table":
         text = write_table(table, args.format, args.output)
         if text is not None:
@@ -262,7 +266,7 @@ def cmd_loss_law(args: argparse.Namespace) -> int:
         else:
             print(f"wrote {table.height} fits to {args.output}")
         return 0
-    shown = [*by, "law", "alpha", "alpha_ci_low", "alpha_ci_high", "E", "A"]
+    shown = [*by, "law", "loss", "d_unit", "alpha", "alpha_ci_low", "alpha_ci_high", "E", "A"]
     if "L(N, D)" in table.get_column("law").to_list():
         shown += ["beta", "beta_ci_low", "beta_ci_high", "B"]
     shown += ["n", "n_groups", "heldout_max_rel_error", "error"]
@@ -275,7 +279,8 @@ def cmd_loss_law(args: argparse.Namespace) -> int:
         tbl_hide_dataframe_shape=True,
     ):
         text = (
-            f"loss {where} vs {args.n}: L = E + A / N^alpha (+ B / D^beta)\n{table.select(shown)}"
+            f"{metric} {where} vs {args.n}: L = E + A / N^alpha (+ B / D^beta, D in training "
+            f"tokens)\n{table.select(shown)}"
         )
     if args.output:
         args.output.write_text(text + "\n")
@@ -364,9 +369,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "loss-law",
         help="fit the loss law L(N[, D]) = E + A/N^alpha (+ B/D^beta) to run directories",
-        description="One fit per group of --by of the trials' loss at --length-ratio x L_train "
-        "(the PE as trained) against their non-embedding parameters N (and training tokens D "
-        "when there are at least 3 token counts): Huber loss on log residuals, multi-start "
+        description="One fit per group of --by of the trials' loss (--metric) at --length-ratio "
+        "x L_train (the PE as trained) against their non-embedding parameters N (and training "
+        "tokens D, in the task's tokens, when there are at least 3 token counts; the table's "
+        "loss and d_unit columns say which): Huber loss on log residuals, multi-start "
         "L-BFGS (Hoffmann et al. 2022, approach 3), bootstrap CIs over seeds, and the relative "
         "error of predicting the largest N from the others. `rope-lab plot loss-law` draws it.",
     )
@@ -377,6 +383,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--n", default="n_params_non_embedding", metavar="COL",
                    help="size column (default n_params_non_embedding; or n_params)")  # fmt: skip
     p.add_argument("--length-ratio", type=float, default=1.0, help="default 1 (L_train)")
+    p.add_argument("--metric", choices=("loss", "bits_per_byte"),
+                   help="L: loss (nats per token) or bits_per_byte (text tasks); default "
+                   "bits_per_byte when every trial has it, else loss")  # fmt: skip
     p.add_argument("--n-boot", type=int, default=200, help="bootstrap refits (default 200)")
     p.add_argument("--format", choices=FORMATS, default="table", help="table, csv, parquet, json")
     p.add_argument("--output", type=Path, metavar="FILE", help="write to FILE, not stdout")
@@ -397,8 +406,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, metavar="FILE", help="figure file (.png or .pdf)")
     p.add_argument("--metric", help="y: accuracy, loss, perplexity, exact_match, error_rate, "
                    "bits_per_byte (text tasks), "
-                   "or an NTK metric (distance_from_init, ...); extrapolation default: loss for "
-                   "language-model tasks (lm_text, lm_synthetic), accuracy otherwise")  # fmt: skip
+                   "or an NTK metric (distance_from_init, ...); default: bits_per_byte for "
+                   "language models on text (lm_text, lm_tokens) where every row has it, else "
+                   "loss for language-model tasks, accuracy otherwise")  # fmt: skip
     p.add_argument("--x", help="x column (extrapolation: length or length_ratio; "
                    "scaling / ntk-drift: model.width or n_params)")  # fmt: skip
     p.add_argument(

@@ -46,6 +46,34 @@ def test_train_tiny_trial_prints_table(tmp_path, capsys):
     assert set(res.eval.collect()["method"]) == {"default", "linear", "dynamic"}
 
 
+def test_train_prints_bits_per_byte_beside_the_loss_of_a_text_model(tmp_path, capsys):
+    """A byte-level model's table in bits per byte is its loss table / ln 2, cell by cell."""
+    import math
+
+    from rope_lab.config import replace
+
+    trial = tiny_trial("alibi", steps=5, task="lm_text", vocab=256)
+    trial = replace(
+        trial,
+        **{"task.params": (("path", "builtin:python-docs"),), "eval.methods": (),
+           "ntk.enabled": False},
+    )  # fmt: skip
+    path = tmp_path / "text.yaml"
+    path.write_text(yaml.safe_dump(to_dict(trial)))
+    assert main(["train", str(path)]) == 0
+    out = capsys.readouterr().out
+
+    def table(metric):
+        lines = out[out.index(f"{metric} by evaluation length") :].splitlines()
+        return [float(v) for v in lines[3].split()[3:]]  # the model as trained, by length
+
+    loss, bpb = table("loss"), table("bits_per_byte")
+    assert len(loss) == len(bpb) == 3
+    # both printed to 3 decimals: each rounding moves a cell by at most 5e-4
+    for b, v in zip(bpb, loss, strict=True):
+        assert abs(b - v / math.log(2)) <= 5e-4 * (1 + 1 / math.log(2))
+
+
 def test_sweep_plan_status_and_bad_spec(tmp_path):
     from tests.sweep.conftest import write_spec
 

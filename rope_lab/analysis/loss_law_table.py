@@ -113,6 +113,8 @@ def held_out_check(
 
 
 LAW_COLUMNS = ("E", "A", "alpha", "B", "beta")
+# What D counts, per column it is read from (other columns: their own name).
+D_UNITS = {"tokens_seen": "tokens"}
 
 
 def loss_law_table(
@@ -130,11 +132,14 @@ def loss_law_table(
     """One loss-law fit per group of ``by`` over the rows of ``frame`` (one row per trial):
     ``L(N, D)`` when column ``d`` takes at least 3 values in the group, else ``L(N)``.
 
-    Columns: ``by``..., ``law``, the estimates and ``<name>_ci_low/high`` of E, A, alpha, B,
-    beta (bootstrap over ``group_col`` when it varies, else over points), ``objective``,
-    ``n``, ``n_groups``, ``heldout_points`` and ``heldout_max_rel_error`` (the fit without the
-    largest N predicting it: `held_out_check`; null when too few N remain) and ``error`` (why
-    a group could not be fitted; the other values then null)."""
+    Columns: ``by``..., ``law``, ``loss`` (what L is: the column ``y``, e.g. ``loss`` in nats
+    per token or ``bits_per_byte``), ``d_unit`` (what D counts: ``d``'s unit, tokens of the
+    trials' task for ``tokens_seen``: bytes for a byte-level model, BPE tokens for a BPE
+    corpus), the estimates and ``<name>_ci_low/high`` of E, A, alpha, B, beta (bootstrap over
+    ``group_col`` when it varies, else over points), ``objective``, ``n``, ``n_groups``,
+    ``heldout_points`` and ``heldout_max_rel_error`` (the fit without the largest N predicting
+    it: `held_out_check`; null when too few N remain) and ``error`` (why a group could not be
+    fitted; the other values then null)."""
     missing = [c for c in (n, d, y, *by) if c not in frame.columns]
     if missing:
         raise ValueError(f"loss-law fit: no column(s) {missing}; columns are {frame.columns}")
@@ -150,6 +155,7 @@ def loss_law_table(
         if group_col and group_col in part.columns and part.get_column(group_col).n_unique() > 1:
             groups = part.get_column(group_col).to_numpy()
         rec["law"] = "L(N, D)" if dd is not None else "L(N)"
+        rec["loss"], rec["d_unit"] = y, D_UNITS.get(d, d)
         try:
             fit = fit_loss_law(ns, dd, ys, groups=groups, n_boot=n_boot, level=level, seed=seed)
         except ValueError as e:
@@ -167,7 +173,7 @@ def loss_law_table(
     floats = [*LAW_COLUMNS, *(f"{c}_ci_{s}" for c in LAW_COLUMNS for s in ("low", "high"))]
     floats += ["objective", "heldout_max_rel_error"]
     schema: dict[str, Any] = {c: frame.schema[c] for c in by}
-    schema["law"] = pl.String()
+    schema.update({"law": pl.String(), "loss": pl.String(), "d_unit": pl.String()})
     schema.update({c: pl.Float64() for c in floats})
     schema.update(
         {

@@ -34,8 +34,10 @@ if TYPE_CHECKING:
     from rope_lab.analysis.summaries import aggregate_seeds, extrapolation_summary
 
 __all__ = [
+    "BITS_PER_BYTE",
     "FACTOR_FIELD",
     "KIND",
+    "LM_METRICS",
     "MEASUREMENT_COLUMNS",
     "RUN_COLUMNS",
     "SCALING_FIELD",
@@ -47,7 +49,9 @@ __all__ = [
     "eval_table",
     "extrapolation_summary",
     "filter_where",
+    "has_bits_per_byte",
     "label_expr",
+    "loss_metric",
     "ntk_final",
     "ntk_table",
     "own_field",
@@ -91,18 +95,23 @@ MEASUREMENT_COLUMNS: Final = frozenset(
     }
 )
 LOWER_IS_BETTER: Final = frozenset({"loss", "perplexity", "error_rate", "bits_per_byte"})
+# What a language-model task (every position scored, no single right answer) is read by: bits
+# per byte where its rows have them (text: byte-level and BPE models on one scale), else its
+# loss in nats per token (a synthetic LM's tokens stand for no bytes; runs written before bits
+# per byte existed).
+BITS_PER_BYTE: Final = "bits_per_byte"
+LM_METRICS: Final = frozenset({"loss", BITS_PER_BYTE})
 
 
-# Language-model tasks (every position scored, no single right answer): read by loss. A task's
-# params class can also declare `default_metric` itself, which wins (`default_metric`).
 class QueryError(ValueError):
     """A query that cannot be answered (unknown column, bad expression, no data)."""
 
 
 def default_metric(task: str | None) -> str:
     """The eval metric a task's results are read by when none is asked for: its registered
-    params class's ``default_metric`` ("loss" for the language-model tasks, "accuracy" for the
-    synthetic ones: passkey, copy, ...); "accuracy" for no task or an unknown name."""
+    params class's ``default_metric`` ("bits_per_byte" for the text language models, "loss"
+    for the synthetic one, "accuracy" for the synthetic tasks: passkey, copy, ...); "accuracy"
+    for no task or an unknown name. What a frame's rows are read by: :func:`task_metrics`."""
     if task is None:
         return "accuracy"
     from rope_lab.registry import TASKS
@@ -112,9 +121,26 @@ def default_metric(task: str | None) -> str:
     return str(TASKS[task].default_metric)
 
 
+def has_bits_per_byte(frame: pl.DataFrame) -> bool:
+    """Whether every row of ``frame`` (at least one) has ``bits_per_byte`` (null: its task's
+    tokens stand for no bytes, or the run predates the column; NaN, a diverged model, counts
+    as having one)."""
+    if frame.is_empty() or BITS_PER_BYTE not in frame.columns:
+        return False
+    return bool(frame.select(pl.col(BITS_PER_BYTE).is_not_null().all()).item())
+
+
+def loss_metric(frame: pl.DataFrame) -> str:
+    """The loss a figure of ``frame``'s rows reads: ``bits_per_byte`` when every row has one
+    (text language models only), else ``loss`` (nats per scored token)."""
+    return BITS_PER_BYTE if has_bits_per_byte(frame) else "loss"
+
+
 def task_metrics(frame: pl.DataFrame) -> dict[str | None, str]:
-    """``default_metric`` of each ``task.name`` in ``frame`` (``{None: "accuracy"}`` without
-    that column), in task-name order."""
+    """What each ``task.name`` in ``frame`` is read by (``{None: "accuracy"}`` without that
+    column), in task-name order: its ``default_metric`` (written with the trial, else from the
+    registry), and for a language-model task (``loss`` or ``bits_per_byte``) bits per byte
+    when every row of the task has one, else loss (:func:`loss_metric`)."""
     if "task.name" not in frame.columns:
         return {None: "accuracy"}
     tasks = frame.get_column("task.name").unique().to_list()
@@ -123,7 +149,13 @@ def task_metrics(frame: pl.DataFrame) -> dict[str | None, str]:
         pairs = frame.select("task.name", TASK_METRIC_COLUMN).drop_nulls().unique()
         written = dict(pairs.iter_rows())
     ordered = sorted(tasks, key=lambda t: (t is None, str(t)))
-    return {t: written[t] if t in written else default_metric(t) for t in ordered}
+    out = {}
+    for t in ordered:
+        metric = written[t] if t in written else default_metric(t)
+        if metric in LM_METRICS:
+            metric = loss_metric(frame.filter(pl.col("task.name").eq_missing(t)))
+        out[t] = metric
+    return out
 
 
 def results_of(source: Source) -> Results:

@@ -41,7 +41,8 @@ _TABLE_CONFIG = {
 def summary_frame(run_dir: Path, *, threshold: float = THRESHOLD) -> pl.DataFrame:
     """One row per trial of the trials table: status, wall time, params, final training loss,
     then for the model as trained (no RoPE scaling, no fine-tuning) its task's metric
-    (`query.default_metric`: loss for language-model tasks, accuracy otherwise; named in the
+    (`query.task_metrics`: bits per byte for text language models whose rows have it, else loss
+    for language-model tasks, accuracy otherwise; named in the
     `metric` column, so a run mixing tasks shows each with its own) at L_train (`@L_train`)
     and at the longest evaluated length (`@longest`), that length (`longest_evaluated`), and
     `longest_kept`: the longest length up to which every evaluated length keeps `threshold` x
@@ -109,7 +110,8 @@ def summary_table(run_dir: Path, *, threshold: float = THRESHOLD) -> str:
     if table.is_empty():
         return "(no finished trials)"
     legend = (
-        "metric: loss for language-model tasks, accuracy otherwise, as trained (no scaling, no "
+        "metric: bits_per_byte for text language models (loss where a row lacks it), loss for "
+        "other language-model tasks, accuracy otherwise, as trained (no scaling, no "
         "fine-tuning); @L_train / @longest: at the training length / at longest_evaluated; "
         f"longest_kept: longest length up to which every evaluated length keeps >= "
         f"{threshold:.0%} of the L_train value (loss: <= L_train loss / {threshold:g})"

@@ -121,8 +121,10 @@ class TaskParams:
     Its task class subclasses it and :class:`Task` (adding ``vocab_size``; declaring it sets
     ``task_class``), so a task's parameters are fields of the task too. Class attributes:
     ``name`` (set by the registry), ``display_name`` (figures and tables), ``default_metric``
-    (what tables and plots read by default: "loss" or "accuracy") and ``is_text`` (the task
-    reads a corpus whose ``train`` and ``eval`` splits hold different text).
+    (what tables and plots read by default: "accuracy", "loss", or "bits_per_byte" for a
+    language model whose tokens stand for bytes of text; analysis reads loss where the rows lack
+    bits per byte) and ``is_text`` (the task reads a corpus whose ``train`` and ``eval`` splits
+    hold different text).
     """
 
     name: ClassVar[str]

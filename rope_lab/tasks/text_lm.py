@@ -69,7 +69,7 @@ class TextLMParams(TaskParams):
     display_name: ClassVar[str] = "text LM"
     order: ClassVar[int] = 5
     is_text: ClassVar[bool] = True
-    default_metric: ClassVar[str] = "loss"
+    default_metric: ClassVar[str] = "bits_per_byte"
 
 
 @dataclass(frozen=True)

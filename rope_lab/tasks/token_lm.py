@@ -37,7 +37,7 @@ class TokenLMParams(TaskParams):
 
     order: ClassVar[int] = 6
     is_text: ClassVar[bool] = True
-    default_metric: ClassVar[str] = "loss"
+    default_metric: ClassVar[str] = "bits_per_byte"
 
 
 @dataclass(frozen=True)

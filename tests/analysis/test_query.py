@@ -251,7 +251,8 @@ def test_a_parent_folder_reads_as_its_run_directories(run: Path) -> None:
 @pytest.mark.parametrize(
     ("task", "metric"),
     [
-        ("lm_text", "loss"),
+        ("lm_text", "bits_per_byte"),
+        ("lm_tokens", "bits_per_byte"),
         ("lm_synthetic", "loss"),
         ("passkey", "accuracy"),
         ("copy", "accuracy"),
@@ -260,7 +261,7 @@ def test_a_parent_folder_reads_as_its_run_directories(run: Path) -> None:
         (None, "accuracy"),
     ],
 )
-def test_default_metric_is_loss_for_language_model_tasks(task: str | None, metric: str) -> None:
+def test_default_metric_of_each_task(task: str | None, metric: str) -> None:
     assert q.default_metric(task) == metric
 
 
@@ -269,6 +270,34 @@ def test_task_metrics(run: Path) -> None:
     assert q.task_metrics(frame) == {"lm_text": "loss", "passkey": "accuracy"}
     assert q.task_metrics(pl.DataFrame({"x": [1]})) == {None: "accuracy"}
     assert q.task_metrics(q.eval_table(run)) == {"copy": "accuracy"}
+
+
+def test_language_models_are_read_by_bits_per_byte_where_every_row_has_it() -> None:
+    """A language-model task whose rows all have bits per byte is read by it (a NaN, from a
+    diverged model, still counts); one row without (a run before the column, a synthetic LM's
+    tokens) puts the whole task back on loss; a task written with default_metric "loss"
+    (before text tasks declared bits_per_byte) reads the column too; accuracy stays."""
+    frame = pl.DataFrame(
+        {
+            "task.name": ["lm_tokens", "lm_tokens", "lm_text", "lm_text", "lm_synthetic",
+                          "passkey", "copy"],
+            "task.default_metric": ["bits_per_byte", "bits_per_byte", "loss", "loss", "loss",
+                                    "accuracy", "loss"],
+            "bits_per_byte": [0.9, float("nan"), 1.2, None, None, None, 1.0],
+        }
+    )  # fmt: skip
+    assert q.task_metrics(frame) == {
+        "copy": "bits_per_byte",  # written as a language model: read as one
+        "lm_synthetic": "loss",
+        "lm_text": "loss",
+        "lm_tokens": "bits_per_byte",
+        "passkey": "accuracy",
+    }
+    lm_tokens = frame.filter(pl.col("task.name") == "lm_tokens")
+    assert q.loss_metric(lm_tokens) == "bits_per_byte" and q.has_bits_per_byte(lm_tokens)
+    assert q.loss_metric(frame) == "loss"
+    assert q.loss_metric(frame.drop("bits_per_byte").head(1)) == "loss"
+    assert q.loss_metric(frame.clear()) == "loss"
 
 
 def test_same_trial_in_two_run_dirs(run: Path) -> None:

@@ -1,6 +1,7 @@
 """The end-of-sweep text: summary table (per-task metric, honest length columns), the failed and
 diverged trials with their exception lines, and where the results are."""
 
+import math
 from pathlib import Path
 
 import pytest
@@ -24,8 +25,16 @@ ValueError: lm_text: the eval split holds 5 bytes, fewer than L+1 = 17
 """
 
 
-def _trial(run: Path, tid: str, task: str, status: str, evals: list[tuple]) -> None:
-    """A trials row and base-eval rows (method, factor, finetune_steps, length, loss, acc)."""
+def _trial(
+    run: Path,
+    tid: str,
+    task: str,
+    status: str,
+    evals: list[tuple],
+    bytes_per_token: float | None = None,
+) -> None:
+    """A trials row and base-eval rows (method, factor, finetune_steps, length, loss, acc);
+    with ``bytes_per_token``, bits per byte = loss / bytes_per_token / ln 2."""
     folder = trial_dir(run, tid)
     config = {"task.name": task, "train.length": 16, "model.position.kind": "alibi"}
     write_trial_row(folder, {"status": status, "sweep": "s", "wall_time_s": 1.0}, config)
@@ -35,6 +44,8 @@ def _trial(run: Path, tid: str, task: str, status: str, evals: list[tuple]) -> N
          "accuracy": acc}
         for m, f, ft, n, loss, acc in evals
     ]  # fmt: skip
+    for row in rows if bytes_per_token else []:
+        row["bits_per_byte"] = row["loss"] / bytes_per_token / math.log(2)
     if rows:
         append_rows(folder, "eval", rows, segment="eval_base")
     mark_success(folder)
@@ -96,6 +107,21 @@ def test_summary_reads_each_task_by_its_metric_and_names_lengths_honestly(run: P
     assert rows["pk-div"]["status"] == "diverged" and rows["pk-div"]["metric"] is None
 
 
+def test_summary_reads_a_text_model_by_bits_per_byte(tmp_path: Path) -> None:
+    """A BPE model of 4 bytes a token: its row reads bits per byte, loss / (4 ln 2): 2.0 and
+    3.0 nats per token are 0.7213475 and 1.0820213 bits per byte; the kept length is the
+    loss's (a constant factor keeps every ratio)."""
+    run = tmp_path / "runs" / "bpe"
+    evals = [("none", 1.0, 0, 16, 2.0, 0.5), ("none", 1.0, 0, 32, 2.2, 0.1),
+             ("none", 1.0, 0, 64, 3.0, 0.9)]  # fmt: skip
+    _trial(run, "bpe", "lm_tokens", "done", evals, bytes_per_token=4.0)
+    (row,) = summary_frame(run).iter_rows(named=True)
+    assert row["metric"] == "bits_per_byte"
+    assert row["@L_train"] == pytest.approx(0.7213475204)
+    assert row["@longest"] == pytest.approx(1.0820212807)
+    assert (row["longest_evaluated"], row["longest_kept"]) == (64, 32)
+
+
 def test_summary_table_text(run: Path) -> None:
     lines = summary_table(run).splitlines()
     header = next(line for line in lines if "trial_id" in line)
@@ -103,7 +129,8 @@ def test_summary_table_text(run: Path) -> None:
     assert names[5:] == ["metric", "@L_train", "@longest", "longest_evaluated", "longest_kept"]
     assert "max_len" not in "\n".join(lines)
     assert lines[-1] == (
-        "metric: loss for language-model tasks, accuracy otherwise, as trained (no scaling, no "
+        "metric: bits_per_byte for text language models (loss where a row lacks it), loss for "
+        "other language-model tasks, accuracy otherwise, as trained (no scaling, no "
         "fine-tuning); @L_train / @longest: at the training length / at longest_evaluated; "
         "longest_kept: longest length up to which every evaluated length keeps >= 90% of the "
         "L_train value (loss: <= L_train loss / 0.9)"

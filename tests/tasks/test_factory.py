@@ -77,7 +77,9 @@ def test_registry_entries_are_typed_parameters(name: str) -> None:
     assert dataclasses.is_dataclass(entry) and entry.__dataclass_params__.frozen
     assert entry.name == name and TASKS[name].name == name
     assert isinstance(entry.display_name, str) and entry.display_name
-    assert entry.default_metric in ("loss", "accuracy")
+    assert entry.default_metric in ("loss", "accuracy", "bits_per_byte")
+    # bits per byte needs the bytes a token stands for: text tasks only
+    assert (entry.default_metric == "bits_per_byte") == entry.is_text
     hints = typing.get_type_hints(entry)
     fields = {f.name: (hints[f.name], f.default) for f in dataclasses.fields(entry)}
     assert fields == params

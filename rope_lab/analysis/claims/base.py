@@ -22,6 +22,9 @@ from rope_lab.analysis.curve_labels import PROTOCOL, protocol_expr, trained_expr
 from rope_lab.registry import CLAIMS
 
 VERDICTS: Final = ("holds", "fails", "inconclusive")
+TASK_PARAMS: Final = "task.params"  # a task's parameters, as JSON pairs: [["path", "..."]]
+# a text task's corpus (file, builtin: or folder), from its parameters
+DATA_PATH: Final = pl.col(TASK_PARAMS).str.extract(r'\[\s*"path"\s*,\s*"((?:[^"\\]|\\.)*)"\s*\]', 1)
 Direction = Literal[">", "<"]
 Stat = Callable[[Mapping[str, float]], float]
 
@@ -118,15 +121,17 @@ class Evidence:
         with
         buckets; and its decode rows) and :func:`rope_lab.analysis.query.ntk_table`; only finished
         trials (status ``done``) count."""
-        frame = _annotate(eval_rows, trained=trained_expr(eval_rows.columns))
+        split = several_corpora(eval_rows)
+        frame = _annotate(eval_rows, trained=trained_expr(eval_rows.columns), split=split)
         whole = frame.filter(pl.col("position_bucket").is_null())
         buckets = frame.filter(pl.col("position_bucket").is_not_null())
         ntk = pl.DataFrame()
         if ntk_rows is not None and not ntk_rows.is_empty():
-            ntk = _annotate(ntk_rows, trained=pl.col("method").fill_null("none") == "none")
+            as_trained = pl.col("method").fill_null("none") == "none"
+            ntk = _annotate(ntk_rows, trained=as_trained, split=split)
         decode = pl.DataFrame()
         if decode_rows is not None and not decode_rows.is_empty():
-            decode = _annotate(decode_rows, trained=trained_expr(decode_rows.columns))
+            decode = _annotate(decode_rows, trained=trained_expr(decode_rows.columns), split=split)
         return cls(whole, buckets, ntk, decode, **options)
 
     def tasks(self) -> list[str]:
@@ -144,24 +149,43 @@ class Evidence:
 
     def is_text(self, task: str) -> bool:
         """Whether ``task`` (a scope of :meth:`tasks`) is read by its loss (language modelling:
-        every position scored)."""
-        from rope_lab.analysis.query import default_metric
+        every position scored). Claims judge a language model's loss in nats per token: a
+        scope holds one task on one corpus (:func:`_annotate`), so one tokenizer, and their
+        thresholds are in nats; figures and tables read bits per byte beside it."""
+        from rope_lab.analysis.query import LM_METRICS, default_metric
 
         if "task.name" not in self.eval.columns:
-            return default_metric(task) == "loss"
+            return default_metric(task) in LM_METRICS
         names = self.eval.filter(pl.col("task") == task).get_column("task.name")
-        return default_metric(names[0] if len(names) else task) == "loss"
+        return default_metric(names[0] if len(names) else task) in LM_METRICS
 
 
-def _annotate(frame: pl.DataFrame, *, trained: pl.Expr) -> pl.DataFrame:
+def several_corpora(frame: pl.DataFrame) -> frozenset[str]:
+    """The task names whose rows in ``frame`` read more than one corpus (the ``path`` of their
+    ``task.params``: a byte-level and a BPE corpus, or two texts); their scopes name it."""
+    if "task.name" not in frame.columns or TASK_PARAMS not in frame.columns:
+        return frozenset()
+    counts = frame.group_by("task.name").agg(DATA_PATH.drop_nulls().n_unique().alias("n"))
+    return frozenset(counts.filter(pl.col("n") > 1).get_column("task.name").to_list())
+
+
+def _annotate(
+    frame: pl.DataFrame, *, trained: pl.Expr, split: frozenset[str] = frozenset()
+) -> pl.DataFrame:
     if "status" in frame.columns:
         frame = frame.filter(pl.col("status") == "done")
-    # the variant is how the model was built; how a text was read (its protocol) is part of
-    # the scope, so claims compare encodings read alike and never pool two protocols
+    # the variant is how the model was built; how a text was read (its protocol) and which
+    # corpus (for a task run on several: `split`) are part of the scope, so claims compare
+    # encodings read alike and never pool two protocols, or models of two tokenizers
     extra = [variant_expr(frame.columns, protocol=False).alias("variant"), trained.alias("trained")]
     if "task.name" in frame.columns:
         read = protocol_expr(frame.columns) if PROTOCOL in frame.columns else pl.lit("")
-        extra.append(pl.concat_str([pl.col("task.name"), read]).alias("task"))
+        corpus = pl.lit("")
+        if split and TASK_PARAMS in frame.columns:
+            named = pl.concat_str([pl.lit(" "), DATA_PATH.fill_null("?")])
+            corpus = pl.when(pl.col("task.name").is_in(sorted(split))).then(named)
+            corpus = corpus.otherwise(pl.lit(""))
+        extra.append(pl.concat_str([pl.col("task.name"), corpus, read]).alias("task"))
     else:
         extra.append(pl.lit("?").alias("task"))
     if "train.seed" not in frame.columns:

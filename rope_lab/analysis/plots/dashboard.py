@@ -43,9 +43,11 @@ def summary(source: q.Source, *, threshold: float = 0.9, out: str | Path | None 
     One page for a whole sweep: accuracy and loss vs length of a single task, or each task's
     metric vs length in its own panel (widest model), loss by position and loss vs width of one
     task (a language-model task when there is one), how far each curve keeps its L_train
-    quality in its task's metric (`query.default_metric`: loss, at most L_train loss /
-    ``threshold``, for language-model tasks; accuracy, at least ``threshold`` x L_train
-    accuracy, otherwise), the training loss curves (of that task), the NTK drift and
+    quality in its task's metric (`query.task_metrics`: for language-model tasks bits per byte
+    where the rows have them, else loss, at most the L_train value / ``threshold``; accuracy,
+    at least ``threshold`` x L_train accuracy, otherwise); a language model's loss panels read
+    bits per byte where its rows have them; the training loss curves (of that task, nats per
+    token), the NTK drift and
     cross-kernel panels when ntk rows exist, and the verdicts of the published claims
     (`rope-lab claims`) that the runs can decide.
     """
@@ -101,25 +103,29 @@ def summary(source: q.Source, *, threshold: float = 0.9, out: str | Path | None 
     _draw_longest(ax, summ, order, palette, threshold, sorted(set(metrics.values())))
 
     # one task for the loss-by-position and loss-vs-width panels (a language-model task when
-    # there is one): losses of different tasks are not on one scale
-    focus = next((t for t, m in metrics.items() if m == "loss"), next(iter(metrics)))
+    # there is one): losses of different tasks are not on one scale; read in bits per byte
+    # where the task's rows have them (`query.loss_metric`), else in nats per token
+    focus = next((t for t, m in metrics.items() if m in q.LM_METRICS), next(iter(metrics)))
     focus_note = "" if len(metrics) == 1 or focus is None else f" · {focus}"
     buckets = _of_task(buckets, focus)
+    lm = q.loss_metric(buckets.filter(pl.col("position_bucket").is_not_null()))
     ax = fig.add_subplot(gs[1, 0])
-    pos = bucket_frame(buckets, "loss", "longest")
-    pos_w = finite_rows(pos.filter(pl.col("model.width") == widths[-1]) if widths else pos, "loss")
+    pos = bucket_frame(buckets, lm, "longest")
+    pos_w = finite_rows(pos.filter(pl.col("model.width") == widths[-1]) if widths else pos, lm)
     if not pos_w.is_empty():
-        draw_positions(ax, pos_w, metric="loss", hue="label", order=order, palette=palette)
+        draw_positions(ax, pos_w, metric=lm, hue="label", order=order, palette=palette)
     ax.set(
-        title=f"loss by position at the longest length{focus_note}{wtitle}",
+        title=f"{lm} by position at the longest length{focus_note}{wtitle}",
         xlabel="position (bucket centre, tokens)",
-        ylabel=name_of("loss"),
+        ylabel=name_of(lm),
     )
 
     ax = fig.add_subplot(gs[1, 1])
     if len(widths) >= 1 and "model.position.kind" in evals.columns:
-        rows, where = scaling_data(_of_task(evals, focus), "loss")
-        rows = rows.rename({"loss": "_y"})
+        focused = _of_task(evals, focus)
+        lm = q.loss_metric(focused)
+        rows, where = scaling_data(focused, lm)
+        rows = rows.rename({lm: "_y"})
         k_order, k_pal = hue_mapping(rows, "model.position.kind")
         draw_scaling(
             ax,
@@ -132,9 +138,9 @@ def summary(source: q.Source, *, threshold: float = 0.9, out: str | Path | None 
             n_boot=200,
         )
         ax.set(
-            title=f"loss {where} vs width{focus_note}",
+            title=f"{lm} {where} vs width{focus_note}",
             xlabel=name_of("model.width"),
-            ylabel=name_of("loss"),
+            ylabel=name_of(lm),
         )
 
     ax = fig.add_subplot(gs[1, 2])
@@ -194,11 +200,12 @@ def _of_task(frame: pl.DataFrame, task: str | None) -> pl.DataFrame:
 
 
 def _length_panels(metrics: Mapping[str | None, str]) -> list[tuple[str | None, str]]:
-    """(task, metric) of the metric-vs-length panels: accuracy and loss of a single task, else
-    each task's own metric (tasks are never pooled: their losses are not on one scale)."""
+    """(task, metric) of the metric-vs-length panels: accuracy and loss of a single task (its
+    bits per byte for a language model whose rows have them), else each task's own metric
+    (tasks are never pooled: their losses are not on one scale)."""
     if len(metrics) == 1:
-        (task,) = metrics
-        return [(task, "accuracy"), (task, "loss")]
+        ((task, metric),) = metrics.items()
+        return [(task, "accuracy"), (task, metric if metric in q.LM_METRICS else "loss")]
     return list(metrics.items())
 
 

@@ -183,7 +183,7 @@ def draw_positions(
 def positions(
     source: Source,
     *,
-    metric: str = "loss",
+    metric: str | None = None,
     length: int | str = "longest",
     hue: str = "label",
     col: str | None = "auto",
@@ -194,9 +194,13 @@ def positions(
 
     ``metric`` vs position within the sequence (bucket centres) at the longest evaluated
     length (or ``length``), one line per PE kind / RoPE scaling, ALiBi-paper style; the shaded
-    region lies beyond L_train. Buckets without scored targets are left out.
+    region lies beyond L_train. Buckets without scored targets are left out. Without
+    ``metric``: bits per byte when every row has one (text language models), else the loss in
+    nats per scored token (`query.loss_metric`).
     """
     frame = eval_frame(source, whole_sequence=False)
+    if metric is None:
+        metric = q.loss_metric(frame.filter(pl.col("position_bucket").is_not_null()))
     col = auto_facet(frame, col, COL_AUTO)
     row = auto_facet(frame, row, ROW_AUTO)
     q.check_columns(frame, [metric, hue, *(c for c in (col, row) if c)], "the plot")

@@ -36,9 +36,10 @@ def scaling_data(
 ) -> tuple[pl.DataFrame, str]:
     """One row per trial with ``metric`` (as a column) for scaling fits, and where it was read.
 
-    Eval metrics (loss, perplexity, accuracy, exact_match, error_rate) at ``length_ratio`` x
-    L_train for the PE as trained (no RoPE scaling stage, no fine-tuning); any other metric is
-    an NTK metric at the end of training (train kernel, group total, ``method``).
+    Eval metrics (loss, perplexity, accuracy, exact_match, error_rate, bits_per_byte) at
+    ``length_ratio`` x L_train for the PE as trained (no RoPE scaling stage, no fine-tuning);
+    any other metric is an NTK metric at the end of training (train kernel, group total,
+    ``method``).
     """
     if metric in EVAL_METRICS:
         frame = eval_frame(source)
@@ -108,7 +109,7 @@ def draw_scaling(
 def scaling(
     source: Source,
     *,
-    metric: str = "loss",
+    metric: str | None = None,
     x: str = "model.width",
     hue: str | None = "model.position.kind",
     col: str | None = None,
@@ -123,10 +124,13 @@ def scaling(
     ``metric`` vs ``x`` (width or n_params) on log-log with a fitted power law per ``hue``
     level and its bootstrap band (over seeds when there are several, else over points).
 
-    Eval metrics (loss, perplexity, accuracy, exact_match, error_rate) are taken at
-    ``length_ratio`` x L_train for the PE as trained; any other metric is an NTK metric at the
-    end of training (method ``method``).
+    Eval metrics (loss, perplexity, accuracy, exact_match, error_rate, bits_per_byte) are
+    taken at ``length_ratio`` x L_train for the PE as trained; any other metric is an NTK
+    metric at the end of training (method ``method``). Without ``metric``: bits per byte when
+    every eval row has one (text language models), else loss (`query.loss_metric`).
     """
+    if metric is None:
+        metric = q.loss_metric(eval_frame(source))
     rows, where = scaling_data(source, metric, length_ratio=length_ratio, method=method)
     rows = rows.rename({metric: "_y"})
     q.check_columns(rows, [x, *(c for c in (hue, col) if c)], "the plot")

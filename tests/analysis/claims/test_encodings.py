@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from rope_lab.analysis.claims import judge
@@ -165,6 +167,31 @@ def test_a_text_protocol_is_part_of_the_scope_not_the_variant() -> None:
         "lm_text (non-overlapping windows) @ 4x",
     }
     assert verdicts["lm_text (non-overlapping windows) @ 2x"].effect == pytest.approx(2.0 - 0.02)
+
+
+def test_a_task_run_on_two_corpora_is_judged_per_corpus() -> None:
+    """A byte-level and a BPE corpus of one task (lm_tokens) are two scopes: their losses, in
+    nats per token of different tokenizers, are never pooled. The BPE models' rises are 3x the
+    byte models': effects 3 x (2.0 - 0.02) and 2.0 - 0.02, not their mean; one corpus alone
+    keeps the scope 'lm_tokens'."""
+    rows = []
+    for path, scale in (("corpora/bytes", 1.0), ("corpora/bpe", 3.0)):
+        for kind in ("learned", "alibi"):
+            for s in (0, 1):
+                curve = {r: 1.0 + scale * (v - 1.0) for r, v in CURVES[kind].items()}
+                config = {"task.params": json.dumps([["path", path]])}  # as trials rows hold it
+                rows += trial_rows(kind, s, curve, task="lm_tokens", config=config)
+    verdicts = by_scope(judge(evidence(rows), ["absolute_degrade_more"]))
+    assert set(verdicts) == {
+        f"lm_tokens corpora/{c} @ {k}x" for c in ("bytes", "bpe") for k in (2, 4)
+    }
+    assert verdicts["lm_tokens corpora/bytes @ 2x"].effect == pytest.approx(2.0 - 0.02)
+    assert verdicts["lm_tokens corpora/bpe @ 2x"].effect == pytest.approx(3 * (2.0 - 0.02))
+    one = [r for r in rows if "corpora/bpe" in r["task.params"]]
+    assert set(by_scope(judge(evidence(one), ["absolute_degrade_more"]))) == {
+        "lm_tokens @ 2x",
+        "lm_tokens @ 4x",
+    }
 
 
 def test_a_relative_encoding_registered_later_joins_the_relative_arm() -> None:

@@ -88,3 +88,47 @@ def test_tasks_are_never_pooled_in_one_curve(store: Path) -> None:
     curves = [line for line in lm.get_lines() if len(set(line.get_xdata())) > 1]  # not L_train
     drawn = {round(float(y), 9) for line in curves for y in line.get_ydata() if np.isfinite(y)}
     assert drawn and drawn <= own
+
+
+def test_a_text_model_summary_reads_bits_per_byte(store: Path) -> None:
+    """The synthetic store's seed 0 as a BPE model's (4 bytes a token: bits per byte = loss /
+    (4 ln 2)):
+    its length, position and width panels draw bits per byte, each point one of the rows'
+    own; the training loss stays in nats per token (train rows have no byte counts)."""
+    import math
+
+    import numpy as np
+    import polars as pl
+
+    from rope_lab.analysis import plots
+    from rope_lab.analysis.query import results_of
+
+    res = results_of(store)
+    bpb = (pl.col("loss") / (4 * math.log(2))).alias("bits_per_byte")
+    seed0 = res.trials.filter(pl.col("train.seed") == 0)  # one seed: points are rows, not means
+    ids = seed0.select("trial_id").collect()["trial_id"].to_list()
+    text = res.__class__(
+        trials=seed0.with_columns(pl.lit("lm_tokens").alias("task.name")),
+        train=res.train.filter(pl.col("trial_id").is_in(ids)),
+        eval=res.eval.filter(pl.col("trial_id").is_in(ids)).with_columns(bpb),
+        ntk=res.ntk.filter(pl.col("trial_id").is_in(ids)),
+        run_dirs=res.run_dirs,
+    )
+    axes = data_axes(plots.summary(text))
+    titles = [ax.get_title() for ax in axes]
+    assert "bits_per_byte vs length (width 64)" in titles
+    assert "accuracy vs length (width 64)" in titles
+    assert "bits_per_byte by position at the longest length (width 64)" in titles
+    assert "bits_per_byte at L_train (PE as trained) vs width" in titles
+    assert "training loss (dash = width)" in titles
+    assert "longest length keeping bits_per_byte ≤ L_train bits_per_byte / 0.9" in titles
+    ev = text.eval_with_config.filter(pl.col("model.width") == 64).collect()
+    own = set(np.round(ev["loss"].to_numpy() / (4 * math.log(2)), 9))
+    for title in ("bits_per_byte vs length (width 64)",
+                  "bits_per_byte by position at the longest length (width 64)"):  # fmt: skip
+        ax = axes[titles.index(title)]
+        curves = [line for line in ax.get_lines() if len(set(line.get_xdata())) > 1]
+        drawn = {round(float(y), 9) for line in curves for y in line.get_ydata() if np.isfinite(y)}
+        assert drawn and drawn <= own, title
+    ax = axes[titles.index("bits_per_byte vs length (width 64)")]
+    assert ax.get_ylabel() == "bits per byte (scored text)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import polars as pl
@@ -103,6 +104,43 @@ def test_extrapolation_reads_language_model_tasks_by_loss(store: Path) -> None:
     (ax,) = data_axes(plots.extrapolation(lm, metric="accuracy"))
     assert ax.get_ylabel() == "accuracy"
     assert _curve(ax) == pytest.approx(none["accuracy"].to_list())
+
+
+def _with_bits_per_byte(frame: pl.DataFrame, bytes_per_token: float) -> pl.DataFrame:
+    """Rows of a text model whose tokens stand for ``bytes_per_token`` bytes each: bits per
+    byte = loss / bytes_per_token / ln 2."""
+    bpb = pl.col("loss") / bytes_per_token / math.log(2)
+    return frame.with_columns(bpb.alias("bits_per_byte"))
+
+
+def test_extrapolation_reads_text_models_by_bits_per_byte(store: Path) -> None:
+    """Text rows with bits per byte are drawn in it by default: at 4 bytes a token each point
+    is the loss x 0.360674 (1 / (4 ln 2)); rows without it are drawn by loss."""
+    lm = _with_bits_per_byte(_as_task(store, "lm_tokens"), 4.0)
+    (ax,) = data_axes(plots.extrapolation(lm))
+    assert ax.get_ylabel() == "bits per byte (scored text)"
+    none = lm.filter(pl.col("label") == "none").sort("length")
+    assert _curve(ax) == pytest.approx([v * 0.3606737602 for v in none["loss"].to_list()])
+    first = none.row(0, named=True)  # width 64, seed 0, length 16: accuracy 0.94, no decay
+    assert first["loss"] == pytest.approx(-math.log(0.94) + 0.05)
+    assert _curve(ax)[0] == pytest.approx((-math.log(0.94) + 0.05) / (4 * math.log(2)))
+    (ax,) = data_axes(plots.extrapolation(lm, metric="loss"))
+    assert _curve(ax) == pytest.approx(none["loss"].to_list())
+    older = lm.with_columns(pl.lit(None, pl.Float64).alias("bits_per_byte"))
+    (ax,) = data_axes(plots.extrapolation(older))
+    assert ax.get_ylabel() == "loss (nats / scored token)"
+
+
+def test_positions_read_text_models_by_bits_per_byte(store: Path) -> None:
+    buckets = q.eval_table(store, whole_sequence=False).filter(
+        pl.col("model.width") == 64, pl.col("train.seed") == 0, pl.col("label") == "none"
+    )
+    lm = _with_bits_per_byte(buckets.with_columns(pl.lit("lm_tokens").alias("task.name")), 2.0)
+    (ax,) = data_axes(plots.positions(lm))
+    assert ax.get_ylabel() == "bits per byte (scored text)"
+    rows = lm.filter(pl.col("length") == 128, pl.col("position_bucket").is_not_null())
+    expected = [v / (2 * math.log(2)) for v in rows.sort("position_bucket")["loss"].to_list()]
+    assert _curve(ax) == pytest.approx([v for v in expected if math.isfinite(v)])
 
 
 def test_extrapolation_of_mixed_tasks_gives_each_task_its_metric(store: Path) -> None:

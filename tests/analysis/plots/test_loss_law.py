@@ -31,10 +31,11 @@ def law(kind: str, n: float, d: float) -> float:
     return E + A * n**-alpha + B * d**-beta
 
 
-def make_law_store(root: Path, tokens=TOKENS) -> Path:
+def make_law_store(root: Path, tokens=TOKENS, bytes_per_token: float | None = None) -> Path:
     """Trials (2 kinds x 5 sizes x token counts x 3 seeds) whose loss at L_train is the law of
-    their kind times a seeded noise factor within 0.5%."""
-    run = root / "law"
+    their kind times a seeded noise factor within 0.5%; with ``bytes_per_token`` their rows
+    have bits per byte, loss / bytes_per_token / ln 2."""
+    run = root / ("law" if bytes_per_token is None else "law_bpb")
     rng = np.random.default_rng(0)
     for kind, n, d, seed in itertools.product(LAWS, SIZES, tokens, (0, 1, 2)):
         folder = trial_dir(run, f"lm-{kind}-n{n:g}-d{d:g}-s{seed}")
@@ -52,6 +53,9 @@ def make_law_store(root: Path, tokens=TOKENS) -> Path:
         common = {"step": 100, "method": "none", "factor": 1.0, "finetune_steps": 0}
         rows = [{**common, "length": length, "loss": loss + 0.1 * (length > 32)}
                 for length in (32, 64)]  # fmt: skip
+        if bytes_per_token is not None:
+            for r in rows:
+                r["bits_per_byte"] = r["loss"] / bytes_per_token / math.log(2)
         append_rows(folder, "eval", rows, segment="eval")
         mark_success(folder)
     return run
@@ -116,3 +120,31 @@ def test_the_plot_draws_a_fitted_curve_per_kind_and_token_count(law_store, tmp_p
 def test_a_missing_size_column_is_a_clear_error(law_store, capsys):
     assert main(["loss-law", str(law_store), "--n", "model.depth"]) == 1
     assert "model.depth" in capsys.readouterr().err
+
+
+def test_text_trials_fit_bits_per_byte_and_the_table_names_its_units(tmp_path, capsys):
+    """With bits per byte in every row (4 bytes a token) the law is fitted to it by default:
+    bits per byte = loss / (4 ln 2), so E and A scale by 1 / (4 ln 2) = 0.360674 and the
+    exponents do not move; --metric loss fits nats per token; D is in tokens either way."""
+    run = make_law_store(tmp_path, bytes_per_token=4.0)
+    fits = {}
+    for metric in ("bits_per_byte", "loss", None):
+        args = ["loss-law", str(run), "--format", "json", "--n-boot", "0"]
+        assert main(args + (["--metric", metric] if metric else [])) == 0
+        rows = json.loads(capsys.readouterr().out)
+        fits[metric] = {r["model.position.kind"]: r for r in rows}
+    assert fits[None] == fits["bits_per_byte"]
+    scale = 1 / (4 * math.log(2))
+    assert scale == pytest.approx(0.360674, abs=1e-6)
+    for kind in LAWS:
+        bpb, nats = fits["bits_per_byte"][kind], fits["loss"][kind]
+        assert (bpb["loss"], bpb["d_unit"]) == ("bits_per_byte", "tokens")
+        assert (nats["loss"], nats["d_unit"]) == ("loss", "tokens")
+        assert bpb["E"] == pytest.approx(scale * nats["E"], rel=1e-3)
+        assert bpb["A"] == pytest.approx(scale * nats["A"], rel=1e-2)
+        assert bpb["alpha"] == pytest.approx(nats["alpha"], abs=1e-3)
+        assert bpb["beta"] == pytest.approx(nats["beta"], abs=1e-3)
+    assert main(["loss-law", str(run), "--n-boot", "0"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("bits_per_byte at L_train (PE as trained) vs n_params_non_embedding")
+    assert "D in training tokens" in text.splitlines()[0]
