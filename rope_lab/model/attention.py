@@ -1,7 +1,9 @@
 """Causal self-attention of heads-major operands, by one of three implementations.
 
-`attend(q, k, v, positions, encoding, ...)` takes queries and keys already rotated by the
-position encoding, shape (*B, H, L, Dh), and asks the encoding for its additive logit bias
+`attend(q, k, v, positions, encoding, ...)` takes queries (*B, H, L, Dh) and keys already
+rotated by the position encoding, keys and values with H or fewer heads (*B, KV, L, Dh;
+grouped-query attention: query head h reads key/value head h // (H / KV), `expand_kv`), and
+asks the encoding for its additive logit bias
 block by block (`encoding.bias(q_positions, k_positions)`), so no implementation builds an
 (H, L, L) bias. Query i attends key j when j <= i (sequence index, not position value) and, with
 a `window`, when i - j < window. An optional `row_scale` (*B, H, L) multiplies query i's whole
@@ -59,6 +61,7 @@ def attend(
     """Causal attention outputs (*B, H, L, Dh) by `implementation` (see the module docstring).
 
     `row_scale` (broadcastable to (*B, H, L)) multiplies each query's logits, bias included.
+    k and v may have fewer heads (*B, KV, L, Dh), KV dividing H (grouped-query attention).
     """
     has_bias = _has_bias(encoding, positions)
     contextual = has_contextual(encoding, q)
@@ -69,6 +72,7 @@ def attend(
         if row_scale is not None:  # no bias: scaling the logits is scaling the queries
             q = (q * row_scale[..., None]).astype(q.dtype)
         return fused_attention(q, k, v, scale=scale, window=window, implementation="cudnn")
+    k, v = expand_kv(k, q.shape[-3]), expand_kv(v, q.shape[-3])
     one = reference_attention if chosen == "reference" else blocked_attention
     bias_encoding = encoding if has_bias or contextual else None
 
@@ -117,6 +121,15 @@ def choose(
     return "blocked"
 
 
+def expand_kv(x: Float[Array, "*B KV L Dh"], heads: int) -> Float[Array, "*B H L Dh"]:
+    """Keys or values of KV heads repeated for H query heads: head h reads head h // (H / KV)
+    (grouped-query attention; the identity when KV = H)."""
+    groups = heads // x.shape[-3]
+    if groups * x.shape[-3] != heads:
+        raise ValueError(f"{x.shape[-3]} key/value heads do not divide {heads} query heads")
+    return x if groups == 1 else jnp.repeat(x, groups, axis=-3)
+
+
 def _has_bias(encoding: PositionEncoding, positions: Array) -> bool:
     """Whether the encoding adds a logit bias (asked of a 1 x 1 block, shapes only)."""
     one = positions.reshape(-1)[:1]
@@ -137,7 +150,9 @@ def attend_keys(
 ) -> Float[Array, "H Lq Dh"]:
     """Exact softmax attention of queries against given keys (a decoding cache, keys in sequence
     order) with an explicit visibility mask: the encoding's bias of the position values, its
-    contextual term, the row scale, then the mask, as the reference path computes them."""
+    contextual term, the row scale, then the mask, as the reference path computes them.
+    k and v may have fewer heads (KV, Lk, Dh), as `attend`."""
+    k, v = expand_kv(k, q.shape[0]), expand_kv(v, q.shape[0])
     bias = encoding.bias(q_positions, k_positions)
     logits = block_logits(q, k, scale, bias, visible, row_scale, encoding)
     weights = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
@@ -211,6 +226,7 @@ __all__ = [
     "blocked_attention",
     "causal_blocks",
     "choose",
+    "expand_kv",
     "fused_attention",
     "reference_attention",
     "visible_keys",

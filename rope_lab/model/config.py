@@ -92,6 +92,14 @@ class ModelConfig:
     `family`: the network (`registry.MODELS`: `transformer`, `cnn`), its own typed fields
     `arch` under its name (`model.cnn.kernel_size`); the fields above it has no use for are
     rejected off their defaults (`FamilyConfig.unused_fields`).
+
+    Pretrained-architecture fields (Llama, Mistral, Qwen, Phi-3): `heads` and `head_dim` both
+    set give attention heads of their own size (heads x head_dim need not equal the width, as
+    in Qwen3); `kv_heads`: grouped-query attention, query head h reads key/value head
+    h // (heads / kv_heads) (None: one per query head; 1: multi-query); `qkv_bias`: biases on
+    the query, key and value projections (Qwen2); `qk_norm`: RMSNorm over each head's
+    queries and keys before the rotation (Qwen3); `tie_embeddings`: the readout is the token
+    embedding transposed; `norm_eps`: every norm's epsilon.
     """
 
     width: int = 128
@@ -109,6 +117,11 @@ class ModelConfig:
     layers: tuple[LayerConfig, ...] = ()
     scalable_softmax: bool = False
     family: str = "transformer"
+    kv_heads: int | None = None
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    tie_embeddings: bool = False
+    norm_eps: float = 1e-5
     arch: Any = variant_field(MODELS, "family")
 
     def __post_init__(self) -> None:
@@ -159,8 +172,20 @@ class ModelConfig:
 
     @property
     def d_head(self) -> int:
-        """Dimension of each head."""
+        """Dimension of each head: `head_dim` when `heads` is set too, else width // heads."""
+        if self.heads is not None and self.head_dim is not None:
+            return self.head_dim
         return self.width // self.n_heads
+
+    @property
+    def n_kv_heads(self) -> int:
+        """Number of key/value heads (grouped-query attention; `n_heads` without it)."""
+        return self.n_heads if self.kv_heads is None else self.kv_heads
+
+    @property
+    def attention_width(self) -> int:
+        """Width of the concatenated query heads, n_heads x d_head."""
+        return self.n_heads * self.d_head
 
     @property
     def d_mlp(self) -> int:
@@ -190,12 +215,29 @@ def check_model(cfg: TrialConfig) -> None:
 
 
 def _check_heads(m: ModelConfig) -> None:
-    """`model.heads` / `model.head_dim`: exactly one, dividing the width."""
-    if (m.heads is None) == (m.head_dim is None):
+    """`model.heads` / `model.head_dim`: one of them dividing the width, or both (heads of
+    their own size); `model.kv_heads` dividing the heads; the other pretrained-architecture
+    fields."""
+    check_positive(m.norm_eps, "model.norm_eps")
+    if m.tie_embeddings and m.parametrization != "sp":
         raise ConfigError(
-            "model.heads / model.head_dim: set exactly one "
-            f"(got heads={m.heads!r}, head_dim={m.head_dim!r})"
+            "model.tie_embeddings: a tied readout is defined for parametrization sp only; "
+            f"got model.parametrization={m.parametrization!r}"
         )
+    if m.qk_norm and m.norm != "rmsnorm":
+        raise ConfigError(f"model.qk_norm: needs model.norm: rmsnorm, got {m.norm!r}")
+    if m.heads is None and m.head_dim is None:
+        raise ConfigError("model.heads / model.head_dim: set one of them (or both)")
+    if m.kv_heads is not None:
+        check_positive(m.kv_heads, "model.kv_heads")
+        if m.n_heads % m.kv_heads:
+            raise ConfigError(
+                f"model.kv_heads: {m.kv_heads} does not divide the {m.n_heads} query heads"
+            )
+    if m.heads is not None and m.head_dim is not None:
+        check_positive(m.heads, "model.heads")
+        check_positive(m.head_dim, "model.head_dim")
+        return
     if m.heads is not None:
         check_positive(m.heads, "model.heads")
         if m.width % m.heads:

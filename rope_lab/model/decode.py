@@ -44,11 +44,13 @@ PROTOCOLS: Final = DECODE_PROTOCOLS
 
 
 class LayerCache(eqx.Module):
-    """The cache of one layer kind over its R repeats: keys and values (R, H, C, Dh) and, per
-    slot, the sequence index (-1: empty) and position value of the token it holds."""
+    """The cache of one layer kind over its R repeats: keys and values (R, KV, C, Dh) of the
+    key/value heads (`model.kv_heads`: grouped-query attention caches heads / kv_heads times
+    less) and, per slot, the sequence index (-1: empty) and position value of the token it
+    holds."""
 
-    k: Float[Array, "R H C Dh"]
-    v: Float[Array, "R H C Dh"]
+    k: Float[Array, "R KV C Dh"]
+    v: Float[Array, "R KV C Dh"]
     index: Int[Array, " C"]
     position: Int[Array, " C"]
 
@@ -76,7 +78,7 @@ def init_cache(model: Transformer, capacity: int, dtype=None) -> KVCache:
     """An empty cache for up to `capacity` tokens."""
     cfg = model.config
     pattern = cfg.pattern
-    repeats, heads, dh = cfg.depth // len(pattern), cfg.n_heads, cfg.d_head
+    repeats, heads, dh = cfg.depth // len(pattern), cfg.n_kv_heads, cfg.d_head
     dtype = model.embedding.dtype if dtype is None else dtype
     layers = tuple(
         LayerCache(
@@ -160,7 +162,7 @@ def prefill(
                 position=layer.position.at[slot].set(positions[keep]),
             )
         )
-    logits = model.head(model.final_norm(x)).astype(jnp.float32)
+    logits = model.readout(x)
     return logits, KVCache(tuple(layers), jnp.asarray(n, jnp.int32))
 
 
@@ -222,7 +224,7 @@ def decode_step(
         LayerCache(k=k, v=v, index=book[2], position=book[3])
         for (k, v), book in zip(kv, books, strict=True)
     )
-    logits = model.head(model.final_norm(x)).astype(jnp.float32)[0]
+    logits = model.readout(x)[0]
     return logits, KVCache(layers, n + 1)
 
 

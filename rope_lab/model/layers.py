@@ -14,19 +14,32 @@ from rope_lab.config import ModelConfig
 
 
 class Linear(eqx.Module):
-    """y = multiplier * x @ W.T, no bias; W has shape (out, in)."""
+    """y = multiplier * x @ W.T (+ b); W has shape (out, in), the optional bias b (out,)
+    (zero-initialised, added after the multiplier)."""
 
     weight: Float[Array, "out in"]
+    bias: Float[Array, " out"] | None
     multiplier: float = eqx.field(static=True)
 
-    def __init__(self, fan_in: int, fan_out: int, *, init_std: float, multiplier: float, key):
+    def __init__(
+        self,
+        fan_in: int,
+        fan_out: int,
+        *,
+        init_std: float,
+        multiplier: float,
+        key,
+        bias: bool = False,
+    ):
         self.weight = init_std * jax.random.normal(key, (fan_out, fan_in))
+        self.bias = jnp.zeros((fan_out,)) if bias else None
         self.multiplier = multiplier
 
     def __call__(self, x: Float[Array, "... in"]) -> Float[Array, "... out"]:
         """Apply to the last axis."""
         y = dense(x, self.weight.astype(x.dtype))
-        return y * self.multiplier if self.multiplier != 1.0 else y
+        y = y * self.multiplier if self.multiplier != 1.0 else y
+        return y if self.bias is None else _add_bias(y, self.bias)
 
 
 def dense(x: Float[Array, "... in"], weight: Float[Array, "out in"]) -> Float[Array, "... out"]:
@@ -50,20 +63,33 @@ def fused_linear(x: Float[Array, "... in"], *layers: Linear) -> list[Float[Array
     # lax.split, not slicing: its transpose is one concatenate, where slices transpose to a
     # zero-padded copy of the whole output per part, summed.
     parts = jax.lax.split(y, [layer.weight.shape[0] for layer in layers], axis=y.ndim - 1)
-    return [
-        part * layer.multiplier if layer.multiplier != 1.0 else part
-        for part, layer in zip(parts, layers, strict=True)
-    ]
+    out = []
+    for part, layer in zip(parts, layers, strict=True):
+        part = part * layer.multiplier if layer.multiplier != 1.0 else part
+        out.append(part if layer.bias is None else _add_bias(part, layer.bias))
+    return out
+
+
+def _add_bias(y: Float[Array, "... out"], bias: Float[Array, " out"]) -> Float[Array, "... out"]:
+    return y + bias.astype(y.dtype).reshape((1,) * (y.ndim - 1) + bias.shape)
 
 
 def make_linear(
-    cfg: ModelConfig, fan_in: int, fan_out: int, key, *, readout: bool = False
+    cfg: ModelConfig,
+    fan_in: int,
+    fan_out: int,
+    key,
+    *,
+    readout: bool = False,
+    bias: bool = False,
 ) -> Linear:
+    """A Linear (fan_in -> fan_out) initialised by the model's parametrisation (the table in
+    `rope_lab.model.transformer`), with a zero bias when `bias`."""
     if cfg.parametrization == "ntk":
-        return Linear(fan_in, fan_out, init_std=1.0, multiplier=fan_in**-0.5, key=key)
+        return Linear(fan_in, fan_out, init_std=1.0, multiplier=fan_in**-0.5, key=key, bias=bias)
     if cfg.parametrization == "mup" and readout:
-        return Linear(fan_in, fan_out, init_std=0.0, multiplier=1.0, key=key)
-    return Linear(fan_in, fan_out, init_std=fan_in**-0.5, multiplier=1.0, key=key)
+        return Linear(fan_in, fan_out, init_std=0.0, multiplier=1.0, key=key, bias=bias)
+    return Linear(fan_in, fan_out, init_std=fan_in**-0.5, multiplier=1.0, key=key, bias=bias)
 
 
 class Norm(eqx.Module):
@@ -73,9 +99,10 @@ class Norm(eqx.Module):
     bias: Float[Array, " D"] | None
     eps: float = eqx.field(static=True, default=1e-5)
 
-    def __init__(self, width: int, kind: str):
+    def __init__(self, width: int, kind: str, eps: float = 1e-5):
         self.weight = jnp.ones((width,))
         self.bias = jnp.zeros((width,)) if kind == "layernorm" else None
+        self.eps = eps
 
     def __call__(self, x: Float[Array, "L D"]) -> Float[Array, "L D"]:
         """Normalise in float32, return in x's dtype."""

@@ -52,7 +52,9 @@ def attention_pairs(length: int, implementation: str) -> int:
 
 def forward_bytes(model: ModelConfig, vocab: int, length: int) -> int:
     """Upper bound on the temporary bytes of one sequence's forward at `length` (see above)."""
-    activations = 4 * length * (20 * model.width + 2 * model.d_mlp + 4 * vocab)
+    activations = (
+        4 * length * (20 * max(model.width, model.attention_width) + 2 * model.d_mlp + 4 * vocab)
+    )
     per_pair = 4 * model.n_heads + max(
         model.layer_position(layer).options.bias_floats_per_pair(
             model.with_position(model.layer_position(layer))

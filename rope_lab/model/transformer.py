@@ -38,8 +38,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from rope_lab.config import LayerConfig, ModelConfig
-from rope_lab.model.attention import attend, visible_keys
-from rope_lab.model.layers import MLP, Linear, Norm, fused_linear, make_linear
+from rope_lab.model.attention import attend, expand_kv, visible_keys
+from rope_lab.model.layers import MLP, Linear, Norm, dense, fused_linear, make_linear
 from rope_lab.model.positions import Frozen, PositionEncoding, make_position_encoding
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -52,26 +52,38 @@ DEFAULT_LAYER = LayerConfig()  # full causal attention, the model-wide encoding
 class Attention(eqx.Module):
     """Causal multi-head self-attention with rotation and bias hooks, and optional attention
     temperature (`row_scale`): Scalable-Softmax's learned s_h log(n), a layer kind's Llama 4
-    query scaling, and a model-wide zero-shot temperature."""
+    query scaling, and a model-wide zero-shot temperature.
+
+    Grouped-query attention (`model.kv_heads`): keys and values have `kv_heads` heads, query
+    head h reads key/value head h // (heads / kv_heads); `attend` expands them. Optional
+    q/k/v biases (`model.qkv_bias`) and RMSNorm of each head's queries and keys before the
+    rotation (`model.qk_norm`)."""
 
     q: Linear
     k: Linear
     v: Linear
     o: Linear
     ssmax: Float[Array, " H"] | None  # Scalable-Softmax's s per head (model.scalable_softmax)
+    q_norm: Norm | None
+    k_norm: Norm | None
     heads: int = eqx.field(static=True)
+    kv_heads: int = eqx.field(static=True)
     scale: float = eqx.field(static=True)
     implementation: str = eqx.field(static=True)
 
     def __init__(self, cfg: ModelConfig, *, train_length: int, key: PRNGKeyArray):
         kq, kk, kv, ko = jax.random.split(key, 4)
-        self.q = make_linear(cfg, cfg.width, cfg.width, kq)
-        self.k = make_linear(cfg, cfg.width, cfg.width, kk)
-        self.v = make_linear(cfg, cfg.width, cfg.width, kv)
-        self.o = make_linear(cfg, cfg.width, cfg.width, ko)
+        inner, kv_width = cfg.attention_width, cfg.n_kv_heads * cfg.d_head
+        self.q = make_linear(cfg, cfg.width, inner, kq, bias=cfg.qkv_bias)
+        self.k = make_linear(cfg, cfg.width, kv_width, kk, bias=cfg.qkv_bias)
+        self.v = make_linear(cfg, cfg.width, kv_width, kv, bias=cfg.qkv_bias)
+        self.o = make_linear(cfg, inner, cfg.width, ko)
         s0 = 1.0 / math.log(max(train_length, 2))
         self.ssmax = jnp.full((cfg.n_heads,), s0, jnp.float32) if cfg.scalable_softmax else None
+        qk_norm = lambda: Norm(cfg.d_head, "rmsnorm", cfg.norm_eps) if cfg.qk_norm else None
+        self.q_norm, self.k_norm = qk_norm(), qk_norm()
         self.heads = cfg.n_heads
+        self.kv_heads = cfg.n_kv_heads
         d = cfg.d_head
         self.scale = 8.0 / d if cfg.parametrization == "mup" else 1.0 / math.sqrt(d)
         self.implementation = cfg.attention
@@ -104,14 +116,17 @@ class Attention(eqx.Module):
             out = factor if out is None else out * factor
         return out
 
-    def _split(self, t: Array) -> Float[Array, "L H Dh"]:
+    def _split(self, t: Array, heads: int) -> Float[Array, "L heads Dh"]:
         length, width = t.shape
-        return t.reshape(length, self.heads, width // self.heads)
+        return t.reshape(length, heads, width // heads)
 
     def _rotated(
         self, q: Array, k: Array, positions: Array, encoding: PositionEncoding
-    ) -> tuple[Float[Array, "H L Dh"], Float[Array, "H L Dh"]]:
-        q, k = encoding.rotate(self._split(q), self._split(k), positions)
+    ) -> tuple[Float[Array, "H L Dh"], Float[Array, "KV L Dh"]]:
+        q, k = self._split(q, self.heads), self._split(k, self.kv_heads)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = encoding.rotate(q, k, positions)
         # Heads-major (H, L, Dh) operands: both attention matmuls are plain batched matmuls.
         return q.transpose(1, 0, 2), k.transpose(1, 0, 2)
 
@@ -126,6 +141,7 @@ class Attention(eqx.Module):
         """Unmasked attention logits in float32: rotation, bias and row scale included."""
         q, k = fused_linear(x, self.q, self.k)
         q, k = self._rotated(q, k, positions, encoding)
+        k = expand_kv(k, self.heads)
         logits = jnp.einsum("hqd,hkd->hqk", q, k).astype(jnp.float32) * self.scale
         bias = encoding.bias(positions, positions)
         logits = logits if bias is None else logits + bias
@@ -138,14 +154,15 @@ class Attention(eqx.Module):
 
     def project(
         self, x: Float[Array, "*B L D"], positions: Int[Array, "*B L"], encoding: PositionEncoding
-    ) -> tuple[Float[Array, "*B H L Dh"], Float[Array, "*B H L Dh"], Float[Array, "*B H L Dh"]]:
-        """Queries and keys rotated by the encoding, and values, heads-major (*B, H, L, Dh)."""
+    ) -> tuple[Float[Array, "*B H L Dh"], Float[Array, "*B KV L Dh"], Float[Array, "*B KV L Dh"]]:
+        """Queries (*B, H, L, Dh) and keys rotated by the encoding, and values, heads-major;
+        keys and values have the `kv_heads` heads (*B, KV, L, Dh)."""
         q, k, v = fused_linear(x, self.q, self.k, self.v)
         rotate = lambda q, k, p: self._rotated(q, k, p, encoding)
         for _ in range(x.ndim - 2):
             rotate = jax.vmap(rotate)
         q, k = rotate(q, k, positions)
-        return q, k, jnp.swapaxes(v.reshape(*v.shape[:-1], self.heads, -1), -3, -2)
+        return q, k, jnp.swapaxes(v.reshape(*v.shape[:-1], self.kv_heads, -1), -3, -2)
 
     def __call__(
         self,
@@ -187,9 +204,9 @@ class Block(eqx.Module):
 
     def __init__(self, cfg: ModelConfig, *, train_length: int, key: PRNGKeyArray):
         ka, km = jax.random.split(key)
-        self.attn_norm = Norm(cfg.width, cfg.norm)
+        self.attn_norm = Norm(cfg.width, cfg.norm, cfg.norm_eps)
         self.attn = Attention(cfg, train_length=train_length, key=ka)
-        self.mlp_norm = Norm(cfg.width, cfg.norm)
+        self.mlp_norm = Norm(cfg.width, cfg.norm, cfg.norm_eps)
         self.mlp = MLP(cfg, key=km)
 
     def __call__(
@@ -206,7 +223,8 @@ class Block(eqx.Module):
 
 
 class Transformer(eqx.Module):
-    """Embedding, position encoding, `depth` stacked blocks, final norm, untied readout.
+    """Embedding, position encoding, `depth` stacked blocks, final norm, readout (a Linear, or
+    with `model.tie_embeddings` the embedding transposed: `head` is then None).
 
     Block l is of layer kind `config.pattern[l % P]` (P kinds): its window and query scaling,
     and its encoding `layer_positions[l % P]` (None: the model-wide `position`, whose `embed`
@@ -219,7 +237,7 @@ class Transformer(eqx.Module):
     layer_positions: tuple[PositionEncoding | None, ...]
     blocks: Block  # every array leaf has a leading (depth,) axis
     final_norm: Norm
-    head: Linear
+    head: Linear | None
     config: ModelConfig = eqx.field(static=True)
     train_length: int = eqx.field(static=True)
     temperature: float = eqx.field(static=True, default=1.0)
@@ -252,8 +270,12 @@ class Transformer(eqx.Module):
         self.blocks = eqx.filter_vmap(lambda k: Block(cfg, train_length=train_length, key=k))(
             jax.random.split(kb, cfg.depth)
         )
-        self.final_norm = Norm(cfg.width, cfg.norm)
-        self.head = make_linear(cfg, cfg.width, vocab_size, kh, readout=True)
+        self.final_norm = Norm(cfg.width, cfg.norm, cfg.norm_eps)
+        self.head = (
+            None
+            if cfg.tie_embeddings
+            else make_linear(cfg, cfg.width, vocab_size, kh, readout=True)
+        )
         self.config = cfg
         self.train_length = train_length
 
@@ -286,7 +308,15 @@ class Transformer(eqx.Module):
         else:
             unroll = max(1, MAX_UNROLL // len(pattern))
             x, _ = jax.lax.scan(repeat, x, params, unroll=unroll)
-        return self.head(self.final_norm(x)).astype(jnp.float32)
+        return self.readout(x)
+
+    def readout(self, x: Float[Array, "*B L D"]) -> Float[Array, "*B L V"]:
+        """Logits in float32 of the last block's output: final norm, then the readout (the
+        embedding transposed when tied)."""
+        h = self.final_norm(x)
+        if self.head is None:
+            return dense(h, self.embedding.astype(h.dtype)).astype(jnp.float32)
+        return self.head(h).astype(jnp.float32)
 
     def encoding_of(self, kind: int) -> PositionEncoding:
         """The position encoding of layer kind `kind` (an index into `config.pattern`)."""
@@ -342,10 +372,10 @@ def count_params(model: eqx.Module) -> int:
 
 def count_non_embedding_params(model: Transformer) -> int:
     """Trainable scalars less the embeddings (Kaplan et al. 2020's and Hoffmann et al. 2022's N):
-    `count_params` minus the token embedding (V, D), the readout (V, D; this model never ties
-    it to the embedding) and a trained table the model-wide encoding adds to the input (the
+    `count_params` minus the token embedding (V, D), the readout (V, D; once when tied to the
+    embedding) and a trained table the model-wide encoding adds to the input (the
     learned encoding's (max_length, D); sinusoidal tables are frozen, so nothing)."""
-    embeddings = model.embedding.size + model.head.weight.size
+    embeddings = model.embedding.size + (0 if model.head is None else model.head.weight.size)
     if "embed" in model.config.position.options.hooks:
         embeddings += count_params(model.position)
     return count_params(model) - embeddings

@@ -16,12 +16,21 @@ LAZY_STEP = 1.4
 LAZY_FORWARD = 2.2
 
 
+def _attention_params(m) -> int:
+    """Weights of one block's attention projections: D A (queries), 2 D A_kv (keys and values
+    of the kv heads) and A D (output), A = heads x head_dim, A_kv = kv_heads x head_dim
+    (4 D^2 for plain multi-head attention)."""
+    inner, kv = m.attention_width, m.n_kv_heads * m.d_head
+    return 2 * m.width * inner + 2 * m.width * kv
+
+
 def _matmul_params(trial: TrialConfig) -> int:
-    """Weights of the matmuls: blocks (4 D^2 attention + k D M MLP each) and the readout D V."""
+    """Weights of the matmuls: blocks (attention, `_attention_params`, + k D M MLP each) and
+    the readout D V (tied or not: it is a matmul either way)."""
     m = trial.model
     k = 3 if m.mlp == "swiglu" else 2
     return (
-        m.depth * (4 * m.width * m.width + k * m.width * m.d_mlp) + m.width * trial.task.vocab_size
+        m.depth * (_attention_params(m) + k * m.width * m.d_mlp) + m.width * trial.task.vocab_size
     )
 
 
@@ -40,7 +49,8 @@ def forward_flops(trial: TrialConfig, length: int) -> int:
         )
         for layer in m.pattern
     )
-    return 2 * _matmul_params(trial) * length + 4 * m.depth * length * length * m.width + extra
+    attention = 4 * m.depth * length * length * m.attention_width
+    return 2 * _matmul_params(trial) * length + attention + extra
 
 
 def ntk_flops(trial: TrialConfig) -> int:
@@ -97,13 +107,16 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
     """Analytic parameter count, tokens, FLOPs and stages of one trial.
 
     n_params (trainable, = `model.count_params`): embedding V D, a learned table
-    max_length x D, per block 4 D^2 (attention) + k D M (MLP; k = 3 for SwiGLU, else 2) + two
-    norms (2D each for LayerNorm, D for RMSNorm), a final norm, and the readout D V.
+    max_length x D, per block the attention projections (4 D^2 for multi-head attention;
+    `_attention_params` with grouped-query or decoupled heads; q/k/v biases A + 2 A_kv, QK-norm
+    2 head_dim) + k D M (MLP; k = 3 for SwiGLU, else 2) + two norms (2D each for LayerNorm, D
+    for RMSNorm), a final norm, and the readout D V (none when tied to the embedding).
     n_params_non_embedding (= `model.count_non_embedding_params`): n_params less the
     embedding, the readout and a learned table.
-    Forward FLOPs of one length-L sequence (`forward_flops`): F(L) = 2 N L + 4 depth L^2 D,
+    Forward FLOPs of one length-L sequence (`forward_flops`): F(L) = 2 N L + 4 depth L^2 A,
     where N counts the matmul weights (blocks and readout; embedding and position tables are
-    lookups) and 4 L^2 D is Q K^T plus A V over the full masked L x L matrix of each layer, plus
+    lookups), A = heads x head_dim (= D unless both are set) and 4 L^2 A is Q K^T plus A V
+    over the full masked L x L matrix of each layer, plus
     what each layer's encoding adds (`extra_flops`: CoPE's gates, cumulative sums and q . e).
     A training step costs 3 forward passes, so train_flops = 6 N tokens + 12 depth L^2 D per
     sequence (plus 3 x the encodings' extra).
@@ -136,12 +149,18 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
             encoding += layer.position.options.n_params(own, max_length=trial.max_length)
     if m.scalable_softmax:
         encoding += m.depth * m.n_heads
-    n_params = v * d + encoding + matmul + m.depth * 2 * norm + norm
+    extras = 0
+    if m.qkv_bias:
+        extras += m.depth * (m.attention_width + 2 * m.n_kv_heads * m.d_head)
+    if m.qk_norm:
+        extras += m.depth * 2 * m.d_head
+    readout = 0 if m.tie_embeddings else v * d
+    n_params = v * d + encoding + matmul - v * d + readout + extras + m.depth * 2 * norm + norm
     # Kaplan et al.'s N: less the token embedding, the (untied) readout and a learned table
     # the model-wide encoding adds to the input (= `model.count_non_embedding_params`)
     position = m.position.options
     table = position.n_params(m, max_length=trial.max_length) if "embed" in position.hooks else 0
-    non_embedding = n_params - 2 * v * d - table
+    non_embedding = n_params - v * d - readout - table
     if family_cost is not None:
         n_params, non_embedding, matmul = (
             family_cost[k] for k in ("n_params", "n_params_non_embedding", "matmul_params")

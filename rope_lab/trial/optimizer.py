@@ -55,7 +55,8 @@ def lr_multipliers(model: Transformer) -> eqx.Module:
 
 
 def decay_mask(model: Transformer) -> eqx.Module:
-    """True for weight matrices of Linear layers (decayed); embeddings, tables, norms: False."""
+    """True for weight matrices of Linear layers (decayed); biases, embeddings, tables, norms:
+    False."""
     return _per_leaf(model, True, False)
 
 
@@ -65,7 +66,11 @@ def _per_leaf(model: eqx.Module, linear_weight, other) -> eqx.Module:
     is_linear = lambda x: isinstance(x, Linear)
 
     def value(x):
-        return eqx.tree_at(lambda lin: lin.weight, x, linear_weight) if is_linear(x) else other
+        if not is_linear(x):
+            return other
+        if x.bias is not None:  # a projection's bias is not decayed
+            x = eqx.tree_at(lambda lin: lin.bias, x, other)
+        return eqx.tree_at(lambda lin: lin.weight, x, linear_weight)
 
     return jax.tree.map(value, params, is_leaf=is_linear)
 

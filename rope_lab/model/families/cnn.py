@@ -36,6 +36,11 @@ class CNNConfig(FamilyConfig):
         "position",
         "layers",
         "scalable_softmax",
+        "kv_heads",
+        "qkv_bias",
+        "qk_norm",
+        "tie_embeddings",
+        "norm_eps",
     )
 
     def build(self, model, vocab_size, *, train_length, max_length, key):
