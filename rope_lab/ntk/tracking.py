@@ -75,7 +75,10 @@ class NTKTracker:
     """Measures kernels of a trial's model at its NTK steps; keeps K_0 and the last kernels.
 
     `folder` (optional) receives `ntk/kernels_<step>.npz`; on resume the reference kernels are
-    read back from there, so drift metrics stay relative to step 0.
+    read back from there, so drift metrics stay relative to step 0. `resume_step`: the step a
+    resumed run restarts from; the previous kernels (velocity) are the last written at or
+    before it, not those of later steps that an interrupted run measured past its last
+    checkpoint and the resumed run measures again.
     """
 
     cfg: TrialConfig
@@ -86,6 +89,7 @@ class NTKTracker:
     initial: dict[str, np.ndarray] = field(default_factory=dict)
     previous: tuple[int, dict[str, np.ndarray]] | None = None
     seconds: float = 0.0
+    resume_step: int | None = None
 
     def __post_init__(self) -> None:
         self.probes = draw_probes(self.cfg, self.task)
@@ -104,6 +108,8 @@ class NTKTracker:
         if self.folder is None or not (self.folder / "ntk").exists():
             return
         files = sorted((self.folder / "ntk").glob("kernels_*.npz"))
+        if self.resume_step is not None:
+            files = [f for f in files if int(f.stem.split("_")[1]) <= self.resume_step]
         if files:
             with np.load(files[0]) as first:
                 self.initial = dict(first)
@@ -398,7 +404,7 @@ def tracking_hook(
     """A training hook measuring the NTK at `ntk_steps(cfg)` (those after `done_steps`);
     `sink(step, rows)` receives the rows. (The metrics under each RoPE scaling come from the
     scaling stages, `NTKTracker.under_scalings`.)"""
-    tracker = NTKTracker(cfg, task, folder)
+    tracker = NTKTracker(cfg, task, folder, resume_step=done_steps)
     wanted = {s for s in tracker.steps if s > done_steps or (s == 0 and done_steps == 0)}
     first = min(wanted) if wanted and done_steps == 0 else None  # the NNGP's rows come with it
 
@@ -416,7 +422,7 @@ def tracking_hook(
         sink(state.step, rows)
         tracker.seconds += time.perf_counter() - start
 
-    return Hook(every=1, fn=measure, at_start=True), tracker
+    return Hook(every=1, fn=measure, at_start=True, steps=frozenset(wanted)), tracker
 
 
 __all__ = ["NTKTracker", "ProbeSets", "draw_probes", "ntk_steps", "readout", "tracking_hook"]

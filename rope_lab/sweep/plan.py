@@ -7,6 +7,7 @@ import math
 from rope_lab.config import TrialConfig
 from rope_lab.ntk.plan import gradient_passes, outputs_per_row
 from rope_lab.sweep.spec import SweepSpec, axis_assignments, format_value
+from rope_lab.trial.packing import plan_packs
 from rope_lab.trial.scaling_plan import finetune_scalings, scalings_for
 from rope_lab.trial.stage_plan import trial_stages
 
@@ -213,7 +214,10 @@ def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
 
     Columns: the swept values, parameters (all, and non-embedding: `estimate_cost`), the
     receptive field (RF, tokens; only when a trial's family has one: the CNN; '-' for
-    attention), stages, tokens, FLOPs, CPU time.
+    attention), the pack (only with `pack_seeds`: `p1`, `p2`, ... for the trials trained as
+    one program, `-` for one trained alone; `rope_lab.trial.packing.plan_packs`), stages,
+    tokens, FLOPs, CPU time. With `pack_seeds`, lines after the table list each pack's seeds
+    and trials and why the others train alone.
 
     CPU time is total FLOPs / `flops_per_s` (sustained); it ignores compilation and per-step
     overhead, which dominate tiny models.
@@ -222,8 +226,15 @@ def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
     short = [k.rsplit(".", 1)[-1] for k in keys]
     heads = [s if short.count(s) == 1 else k for s, k in zip(short, keys, strict=True)]
     windowed = any(t.model.receptive_field for t in spec.trials)
+    packs = plan_packs(spec.trials) if spec.pack_seeds else []
+    pack_of = {
+        t.trial_id: f"p{i}"
+        for i, pack in enumerate((p for p in packs if p.packed), start=1)
+        for t in pack.trials
+    }
     header = [
-        "trial", *heads, "params", "non-emb", *(["RF"] if windowed else []), "stages",
+        "trial", *heads, "params", "non-emb", *(["RF"] if windowed else []),
+        *(["pack"] if spec.pack_seeds else []), "stages",
         "train tok", "eval tok", "NTK FLOPs", "FLOPs", "CPU time",
     ]  # fmt: skip
     summed = ("stages", "train_tokens", "eval_tokens", "ntk_flops", "total_flops")
@@ -244,8 +255,10 @@ def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
         params = [_si(cost["n_params"]), _si(cost["n_params_non_embedding"])]
         if windowed:
             params.append(str(cost["receptive_field"] or "-"))
+        if spec.pack_seeds:
+            params.append(pack_of.get(trial.trial_id, "-"))
         rows.append([trial.trial_id, *values, *params, *numbers(cost)])
-    blank = [""] * (len(keys) + 2 + windowed)
+    blank = [""] * (len(keys) + 2 + windowed + spec.pack_seeds)
     total = [f"total ({len(spec.trials)} trials)", *blank, *numbers(totals)]
     widths = [max(len(r[i]) for r in [header, *rows, total]) for i in range(len(header))]
 
@@ -260,7 +273,29 @@ def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
         f"per scaling; FLOPs = train + fine-tune + eval + NTK tracking; CPU time at "
         f"{flops_per_s / 1e9:g} GFLOP/s sustained (compilation not included)"
     )
-    return "\n".join([intro, line(header), rule, *map(line, rows), rule, line(total)])
+    return "\n".join(
+        [intro, line(header), rule, *map(line, rows), rule, line(total), *_packing(packs)]
+    )
+
+
+def _packing(packs: list) -> list[str]:
+    """The lines after the table with `pack_seeds`: each pack's seeds and trials, and the
+    trials trained alone with their reasons (none when packing is off)."""
+    if not packs:
+        return []
+    packed = [p for p in packs if p.packed]
+    alone = [p for p in packs if not p.packed]
+    lines = [
+        f"packed seeds: {sum(len(p.trials) for p in packed)} trials train in {len(packed)} "
+        f"packs (one vmapped program each, on one task's resources), {len(alone)} alone"
+    ]
+    for i, pack in enumerate(packed, start=1):
+        seeds = ", ".join(str(s) for s in pack.seeds)
+        ids = ", ".join(t.trial_id for t in pack.trials)
+        lines.append(f"  p{i}: seeds {seeds}: {ids}")
+    for pack in alone:
+        lines.append(f"  alone: {pack.trials[0].trial_id}: {pack.reason}")
+    return lines
 
 
 def _si(x: float) -> str:

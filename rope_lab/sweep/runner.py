@@ -1,6 +1,9 @@
 """Run a sweep: per trial, the stages of `stage_plan.trial_stages` not finished yet (a train
 stage, then the stages reading the trained model from disk: as trained, and one per scaling),
-then its trials row (all from `rope_lab.trial.pipeline`).
+then its trials row (all from `rope_lab.trial.pipeline`). With the spec's `pack_seeds`, the train
+stages of trials equal but for their seeds run as one task (`pipeline.run_pack_train`, one
+vmapped program; `rope_lab.trial.packing`), which asks for one trial's resources; each
+member's evaluation stages then run as its own tasks, as for a trial trained alone.
 Ray core tasks (in-process Ray by default, any cluster with `address`), or a serial runner with
 the same interface for tests and debugging.
 
@@ -22,7 +25,15 @@ from rope_lab.results import is_finished, trial_dir
 from rope_lab.runtime.allocator import worker_env
 from rope_lab.runtime.device_share import device_env
 from rope_lab.sweep.spec import Resources, SweepSpec
-from rope_lab.trial.pipeline import TRAIN_STAGE, finish_trial, read_done, run_stage, stage_dir
+from rope_lab.trial.packing import Pack, plan_packs
+from rope_lab.trial.pipeline import (
+    TRAIN_STAGE,
+    finish_trial,
+    read_done,
+    run_pack_train,
+    run_stage,
+    stage_dir,
+)
 from rope_lab.trial.stage_plan import eval_stages, trial_stages
 
 
@@ -170,12 +181,21 @@ class Progress:
             f"elapsed {elapsed:.0f}s, ETA {eta}"
         )
 
-    def begin(self, name: str, runner: str, resources: Resources) -> None:
-        """Print the sweep's opening line: its trials, stages to run, runner and resources."""
+    def begin(
+        self, name: str, runner: str, resources: Resources, packs: list[Pack] | None = None
+    ) -> None:
+        """Print the sweep's opening line: its trials, stages to run, runner and resources; with
+        `packs` (packed seeds), how many train stages run packed."""
+        packing = ""
+        if packs is not None:
+            packed = [p for p in packs if p.packed]
+            members = sum(len(p.trials) for p in packed)
+            tasks = "1 task" if len(packed) == 1 else f"{len(packed)} tasks"
+            packing = f"; seeds packed: {members} train stages in {tasks}"
         self.stream.write(
             f"sweep {name}: {self.total} trials ({self.skipped} finished before), "
             f"{self.stages_total} stages to run on {runner}; each stage task asks for "
-            f"{resources.num_cpus:g} CPU, {resources.num_gpus:g} GPU\n"
+            f"{resources.num_cpus:g} CPU, {resources.num_gpus:g} GPU{packing}\n"
         )
         self.stream.flush()
 
@@ -228,16 +248,18 @@ def run_sweep(
             bar.close()
         return SweepSummary(run_dir, statuses, 0.0, bar.skipped)
 
+    # Packs of trials whose train stage is still to run (the others' are recorded as cached).
+    packs = plan_packs([t for t in todo if finished_stage(t, TRAIN_STAGE) is None], spec.pack_seeds)
     if progress:
         where = "the serial runner" if runner == "serial" else f"Ray ({address or 'in-process'})"
-        bar.begin(spec.name, where, spec.resources)
+        bar.begin(spec.name, where, spec.resources, packs if spec.pack_seeds else None)
     backend: Runner = (
         SerialRunner()
         if runner == "serial"
         else RayRunner(spec.resources, spec.max_retries, address)
     )
     states = {t.trial_id: TrialState(t) for t in todo}
-    handles: dict[Any, tuple[str, str, float]] = {}
+    handles: dict[Any, tuple[tuple[str, ...], str, float]] = {}  # task -> trials, stage, time
 
     def run(t: TrialConfig, name: str) -> None:
         """Submit stage `name`, or record its earlier result when it has finished before."""
@@ -248,11 +270,20 @@ def run_sweep(
                 after_train(t, cached)
             return
         handles[backend.submit(run_stage, to_dict(t), str(run_dir), name)] = (
-            t.trial_id,
+            (t.trial_id,),
             name,
             time.time(),
         )
         states[t.trial_id].pending.add(name)
+        bar.running = len(handles)
+
+    def run_pack(members: tuple[TrialConfig, ...]) -> None:
+        """Submit the train stages of a pack as one task."""
+        configs = [to_dict(t) for t in members]
+        handle = backend.submit(run_pack_train, configs, str(run_dir))
+        handles[handle] = (tuple(t.trial_id for t in members), TRAIN_STAGE, time.time())
+        for t in members:
+            states[t.trial_id].pending.add(TRAIN_STAGE)
         bar.running = len(handles)
 
     def after_train(t: TrialConfig, result: dict) -> None:
@@ -280,29 +311,39 @@ def run_sweep(
 
     ended: set[str] = set()
     try:
-        for t in todo:
-            run(t, TRAIN_STAGE)
-            finish_if_ended(t.trial_id)
+        packed = {t.trial_id for p in packs if p.packed for t in p.trials}
+        for t in todo:  # trained before: their evaluation stages start at once
+            if t.trial_id not in packed:
+                run(t, TRAIN_STAGE)
+                finish_if_ended(t.trial_id)
+        for pack in packs:
+            if pack.packed:
+                run_pack(pack.trials)
         while handles:
             if progress and bar.tty:
                 bar.show()
             handle, result = backend.wait(list(handles))
-            trial_id, stage, submitted = handles.pop(handle)
-            state = states[trial_id]
-            state.pending.discard(stage)
-            # From submission to the stage's own start: scheduling, worker start, imports.
-            queued = result.get("started_at", submitted) - submitted
-            state.results.append(
-                {"stage": stage, "submitted_at": submitted, "queued_s": queued, **result}
-            )
-            bar.stages_done += 1
-            if progress:
-                seconds = time.time() - submitted
-                bar.stage_ended(trial_id, stage, str(result.get("status", "?")), seconds)
-            if stage == TRAIN_STAGE:
-                after_train(state.cfg, result)
+            trial_ids, stage, submitted = handles.pop(handle)
             bar.running = len(handles)
-            finish_if_ended(trial_id)
+            # a pack's task returns each member's result; a crashed task, one for all
+            members = result.get("members") or {}
+            for trial_id in trial_ids:
+                own = members.get(trial_id, result)
+                state = states[trial_id]
+                state.pending.discard(stage)
+                # From submission to the stage's own start: scheduling, worker start, imports.
+                queued = own.get("started_at", submitted) - submitted
+                state.results.append(
+                    {"stage": stage, "submitted_at": submitted, "queued_s": queued, **own}
+                )
+                bar.stages_done += 1
+                if progress:
+                    seconds = time.time() - submitted
+                    bar.stage_ended(trial_id, stage, str(own.get("status", "?")), seconds)
+                if stage == TRAIN_STAGE:
+                    after_train(state.cfg, own)
+                bar.running = len(handles)
+                finish_if_ended(trial_id)
     except KeyboardInterrupt:
         backend.cancel(list(handles))
         raise

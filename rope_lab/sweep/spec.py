@@ -5,6 +5,8 @@ combined as a product); `zip` groups (keys that vary together, each group one pr
 `exclude` rules (partial assignments; a trial matching every key of a rule is dropped); and a
 `scaling` block that sets the RoPE evaluation stages (eval.methods / factors / finetune_steps) of
 RoPE trials and clears them for every other PE, so scaling never multiplies non-RoPE trials.
+`pack_seeds: true` trains trials that differ only in their seeds as one vmapped program
+(`rope_lab.trial.packing`), with the rows each writes alone.
 Everything is checked before any work; errors are `ConfigError`s that start with the file path.
 """
 
@@ -82,6 +84,7 @@ class _SpecFile:
     scaling: ScalingSpec | None = None
     resources: Resources = Resources()
     max_retries: int = 1
+    pack_seeds: bool = False
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,8 @@ class SweepSpec:
     resources: Resources
     max_retries: int
     axes: dict[str, tuple]  # varying keys -> their values, in axis order
+    # train trials equal but for their seeds as one vmapped program (`rope_lab.trial.packing`)
+    pack_seeds: bool = False
 
 
 @dataclass
@@ -178,6 +183,7 @@ def parse_spec(data: Mapping, *, source: Path | None = None) -> SweepSpec:
         resources=top.resources,
         max_retries=top.max_retries,
         axes=varying,
+        pack_seeds=top.pack_seeds,
     )
 
 

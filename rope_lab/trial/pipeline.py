@@ -21,6 +21,10 @@ added by a later spec run alone. Everything lands in `trial_dir(run_dir, trial_i
     _SUCCESS                         the trial is finished (done or diverged) for the stages
                                      it lists
 
+A sweep with `pack_seeds: true` runs the train stages of trials equal but for their seeds as
+one task (`run_pack_train`, `rope_lab.trial.packing`): one vmapped program trains them, and
+each member writes its own files above, as it would alone.
+
 Stages take plain data (a config dict, the run directory, a stage name) so a Ray worker can run
 them, import JAX only when they run (the sweep driver stays JAX-free), hold a per-stage lease so
 two drivers never run one twice, and return small dicts (never arrays). A finished stage
@@ -30,6 +34,7 @@ checkpoint. A Python error in a stage becomes a `failed` result carrying the tra
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -105,37 +110,58 @@ def _setup_jax() -> None:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
 
 
+def _claim(folder: Path, stage: str, trial_id: str) -> tuple[dict | None, TrialLease | None]:
+    """(the stage's earlier result, None) when it finished before or another process holds it
+    (status "busy"); else (None, its acquired lease)."""
+    done = read_done(folder)
+    if done is not None:
+        return {**done, "cached": True}, None
+    lease = TrialLease(folder)
+    if not lease.acquire():
+        return {"status": "busy", "stage": stage, "trial_id": trial_id}, None
+    done = read_done(folder)  # finished by another driver between the check and the lease
+    if done is not None:
+        lease.release()
+        return {**done, "cached": True}, None
+    return None, lease
+
+
+def _record(folder: Path, result: dict, start: float) -> dict:
+    """`result` with its times; a finished one (FINISHED) is written to `done.json`."""
+    result["wall_time_s"] = time.time() - start
+    result["finished_at"] = time.time()
+    if result["status"] in FINISHED:
+        atomic_write_text(folder / "done.json", json.dumps(result))
+    return result
+
+
+def _failure(stage: str, trial_id: str, start: float) -> dict:
+    """The failed result of a stage whose work raised (call inside the `except`)."""
+    return {
+        "status": "failed",
+        "stage": stage,
+        "trial_id": trial_id,
+        "error": traceback.format_exc(),
+        "started_at": start,
+        "wall_time_s": time.time() - start,
+        "finished_at": time.time(),
+    }
+
+
 def _guarded(run_dir: str | Path, trial_id: str, stage: str, work: Callable[[], dict]) -> dict:
     """Run `work()` under the stage lease; catch Python errors into a failed result."""
     folder = stage_dir(run_dir, trial_id, stage)
-    done = read_done(folder)
-    if done is not None:
-        return {**done, "cached": True}
-    lease = TrialLease(folder)
-    if not lease.acquire():
-        return {"status": "busy", "stage": stage, "trial_id": trial_id}
+    earlier, lease = _claim(folder, stage, trial_id)
+    if lease is None:
+        assert earlier is not None
+        return earlier
     start = time.time()
     try:
-        done = read_done(folder)  # finished by another driver between the check and the lease
-        if done is not None:
-            return {**done, "cached": True}
         _setup_jax()
         result = {"stage": stage, "trial_id": trial_id, "started_at": start, **work()}
-        result["wall_time_s"] = time.time() - start
-        result["finished_at"] = time.time()
-        if result["status"] in FINISHED:
-            atomic_write_text(folder / "done.json", json.dumps(result))
-        return result
+        return _record(folder, result, start)
     except Exception:
-        return {
-            "status": "failed",
-            "stage": stage,
-            "trial_id": trial_id,
-            "error": traceback.format_exc(),
-            "started_at": start,
-            "wall_time_s": time.time() - start,
-            "finished_at": time.time(),
-        }
+        return _failure(stage, trial_id, start)
     finally:
         lease.release()
 
@@ -162,73 +188,207 @@ def run_train_stage(config: dict[str, Any], run_dir: str | Path) -> dict:
     return run_stage(config, run_dir, TRAIN_STAGE)
 
 
+def run_pack_train(configs: Sequence[dict[str, Any]], run_dir: str | Path) -> dict:
+    """The train stages of trials equal but for their seeds (`rope_lab.trial.packing`; plain
+    config dicts) in one task: `{"members": {trial_id: result}}`, each result that of the
+    member's own train stage (`run_stage`), its `done.json` written as there, plus `pack` (the
+    trial ids trained together, in order) and, when a member trained alone in this task,
+    `pack_reason`.
+
+    Each member's stage is claimed under its own lease: one finished before returns its earlier
+    result, one another process holds is "busy"; the others train (`_train_pack`). An error
+    fails every member trained here (each resumes from its own checkpoints when rerun)."""
+    cfgs = [from_dict(TrialConfig, c) for c in configs]
+    members: dict[str, dict] = {}
+    leases: list[TrialLease] = []
+    todo: list[TrialConfig] = []
+    start = time.time()
+    try:
+        for cfg in cfgs:
+            earlier, lease = _claim(stage_dir(run_dir, cfg.trial_id, TRAIN), TRAIN, cfg.trial_id)
+            if lease is None:
+                assert earlier is not None
+                members[cfg.trial_id] = earlier
+            else:
+                leases.append(lease)
+                todo.append(cfg)
+        if todo:
+            try:
+                _setup_jax()
+                outs = _train_pack(todo, Path(run_dir))
+                for cfg in todo:
+                    result = {"stage": TRAIN, "trial_id": cfg.trial_id, "started_at": start}
+                    folder = stage_dir(run_dir, cfg.trial_id, TRAIN)
+                    members[cfg.trial_id] = _record(folder, result | outs[cfg.trial_id], start)
+            except Exception:
+                for cfg in todo:
+                    members[cfg.trial_id] = _failure(TRAIN, cfg.trial_id, start)
+    finally:
+        for lease in leases:
+            lease.release()
+    return {"members": {cfg.trial_id: members[cfg.trial_id] for cfg in cfgs}}
+
+
+class _TrainJob:
+    """One trial's train stage around a training loop: its folder and `config.yaml`, its
+    checkpointer and the state restored from it (`model`, `opt_state`, `start`), its hooks
+    (track the NTK; every `train.checkpoint_every` steps write the train rows, then a
+    checkpoint) and its stage result from the loop's `TrainResult` (`finish`). The same for a
+    trial trained alone (`_train`) and for each member of a pack (`_train_pack`)."""
+
+    def __init__(self, cfg: TrialConfig, run_dir: Path, phases: Phases):
+        self.cfg, self.run_dir, self.phases = cfg, run_dir, phases
+        self.folder = trial_dir(run_dir, cfg.trial_id)
+        self.written = 0  # train rows on disk up to this step
+        self.tracker: Any = None
+
+    def __enter__(self) -> _TrainJob:
+        cfg, phases = self.cfg, self.phases
+        with phases.phase("setup"):
+            from rope_lab.tasks import task_from_config
+            from rope_lab.trial.checkpoint import TrialCheckpointer
+            from rope_lab.trial.hooks import Hook
+            from rope_lab.trial.train import init_state
+
+            self.folder.mkdir(parents=True, exist_ok=True)
+            config_text = yaml.safe_dump(to_dict(cfg), sort_keys=False)
+            atomic_write_text(self.folder / CONFIG_FILE, config_text)
+            every = cfg.train.checkpoint_every or cfg.train.steps
+            self.model, self.opt_state = init_state(cfg)
+            task = task_from_config(cfg.task)
+        self.ckpt = TrialCheckpointer(self.folder / "checkpoints", every=every)
+        try:
+            with phases.phase("io"):
+                self.start = self.ckpt.latest_step() or 0
+                if self.start:
+                    self.model, self.opt_state, self.start, _ = self.ckpt.restore(
+                        self.model, self.opt_state
+                    )
+            self.written = self.start
+            self.hooks = [Hook(every=every, fn=self._checkpoint)]
+            if cfg.ntk.enabled:
+                from rope_lab.ntk.tracking import tracking_hook
+
+                def sink(step: int, rows: list[dict]) -> None:
+                    append_rows(self.folder, "ntk", rows, segment=f"ntk_{step:08d}")
+
+                with phases.phase("ntk"):
+                    hook, self.tracker = tracking_hook(
+                        cfg, task, sink, folder=self.folder, done_steps=self.start
+                    )
+                self.hooks.insert(0, dataclasses.replace(hook, fn=_timed(phases, "ntk", hook.fn)))
+        except BaseException:
+            self.ckpt.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.ckpt.close()
+
+    def _flush(self, history: list[dict], upto: int) -> None:
+        rows = [r for r in history if self.written < r["step"] <= upto]
+        if rows:
+            append_rows(self.folder, "train", rows, segment=f"train_{upto:08d}")
+        self.written = upto
+
+    def _checkpoint(self, state: Any) -> None:
+        # Rows first: a kill between the two recomputes them (same segment name), whereas a
+        # checkpoint saved before its rows would lose them on resume.
+        with self.phases.phase("io"):
+            self._flush(state.history, state.step)
+            self.ckpt.save(
+                state.step, state.model, state.opt_state, {"data_step": state.step}, force=True
+            )
+
+    def finish(self, result: Any) -> dict:
+        """The remaining train rows and the model written; the stage's result (no phases)."""
+        from rope_lab.model.transformer import count_non_embedding_params, count_params
+        from rope_lab.trial.checkpoint import save_model
+
+        with self.phases.phase("io"):
+            self._flush(result.history, result.steps_done)
+        out = {
+            "status": "diverged" if result.diverged else "done",
+            "n_params": count_params(result.model),
+            "n_params_non_embedding": count_non_embedding_params(result.model),
+            "tokens_seen": result.tokens_seen,
+            "resumed_from": self.start,
+            "final_loss": result.history[-1]["loss"] if result.history else None,
+            "ntk_time_s": 0.0 if self.tracker is None else self.tracker.seconds,
+            "train_time_s": result.wall_time_s,
+        }
+        if not result.diverged:
+            with self.phases.phase("io"):
+                save_model(self.folder / MODEL_FILE, result.model)
+        return out
+
+
+def _train_alone(job: _TrainJob) -> dict:
+    from rope_lab.trial.train import train
+
+    with job.phases.phase("train"):
+        result = train(
+            job.cfg,
+            model=job.model,
+            opt_state=job.opt_state,
+            start_step=job.start,
+            hooks=job.hooks,
+        )
+    return job.finish(result)
+
+
 def _train(cfg: TrialConfig, run_dir: Path) -> dict:
     phases = Phases()
-    with phases.phase("setup"):
-        from rope_lab.model.transformer import count_non_embedding_params, count_params
-        from rope_lab.tasks import task_from_config
-        from rope_lab.trial.checkpoint import TrialCheckpointer, save_model
-        from rope_lab.trial.hooks import Hook, StepState
-        from rope_lab.trial.train import init_state, train
-
-        folder = trial_dir(run_dir, cfg.trial_id)
-        folder.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(folder / CONFIG_FILE, yaml.safe_dump(to_dict(cfg), sort_keys=False))
-        every = cfg.train.checkpoint_every or cfg.train.steps
-        model, opt_state = init_state(cfg)
-        task = task_from_config(cfg.task)
-    written = {"step": 0}
-    with TrialCheckpointer(folder / "checkpoints", every=every) as ckpt:
-        with phases.phase("io"):
-            start = ckpt.latest_step() or 0
-            if start:
-                model, opt_state, start, _ = ckpt.restore(model, opt_state)
-        written["step"] = start
-
-        def flush(history: list[dict], upto: int) -> None:
-            rows = [r for r in history if written["step"] < r["step"] <= upto]
-            if rows:
-                append_rows(folder, "train", rows, segment=f"train_{upto:08d}")
-            written["step"] = upto
-
-        def checkpoint(state: StepState) -> None:
-            # Rows first: a kill between the two recomputes them (same segment name), whereas
-            # a checkpoint saved before its rows would lose them on resume.
-            with phases.phase("io"):
-                flush(state.history, state.step)
-                ckpt.save(
-                    state.step, state.model, state.opt_state, {"data_step": state.step}, force=True
-                )
-
-        hooks = [Hook(every=every, fn=checkpoint)]
-        tracker = None
-        if cfg.ntk.enabled:
-            from rope_lab.ntk.tracking import tracking_hook
-
-            def sink(step: int, rows: list[dict]) -> None:
-                append_rows(folder, "ntk", rows, segment=f"ntk_{step:08d}")
-
-            with phases.phase("ntk"):
-                hook, tracker = tracking_hook(cfg, task, sink, folder=folder, done_steps=start)
-            hooks.insert(0, dataclasses.replace(hook, fn=_timed(phases, "ntk", hook.fn)))
-        with phases.phase("train"):
-            result = train(cfg, model=model, opt_state=opt_state, start_step=start, hooks=hooks)
-        with phases.phase("io"):
-            flush(result.history, result.steps_done)
-    out = {
-        "status": "diverged" if result.diverged else "done",
-        "n_params": count_params(result.model),
-        "n_params_non_embedding": count_non_embedding_params(result.model),
-        "tokens_seen": result.tokens_seen,
-        "resumed_from": start,
-        "final_loss": result.history[-1]["loss"] if result.history else None,
-        "ntk_time_s": 0.0 if tracker is None else tracker.seconds,
-        "train_time_s": result.wall_time_s,
-    }
-    if not result.diverged:
-        with phases.phase("io"):
-            save_model(folder / MODEL_FILE, result.model)
+    with _TrainJob(cfg, run_dir, phases) as job:
+        out = _train_alone(job)
     return out | {"phases": phases.as_dict()}
+
+
+def _train_pack(cfgs: Sequence[TrialConfig], run_dir: Path) -> dict[str, dict]:
+    """Train stage results of `cfgs` by trial id (`run_pack_train`): the members that resume
+    from the same step (all, unless a kill fell between two members' checkpoints) train as one
+    program (`ensemble.train_packed`), each with its own `_TrainJob`; a member left alone, and
+    every member when the trials would train over several devices of this worker, trains
+    alone. The phases are the whole task's, in every member's result; so is `train_time_s` of
+    the members trained as one program."""
+    from rope_lab.trial.ensemble import train_packed
+    from rope_lab.trial.packing import mismatch
+    from rope_lab.trial.parallel import resolve_devices
+
+    reason = mismatch(cfgs)
+    if reason is not None:
+        raise ValueError(f"cannot train as one pack: {reason}")
+    tr = cfgs[0].train
+    devices = resolve_devices(tr.devices, tr.batch_size)
+    ids = [c.trial_id for c in cfgs]
+    phases = Phases()
+    outs: dict[str, dict] = {}
+    with contextlib.ExitStack() as stack:
+        jobs = [stack.enter_context(_TrainJob(c, run_dir, phases)) for c in cfgs]
+        groups: dict[int, list[_TrainJob]] = {}
+        for job in jobs:
+            groups.setdefault(job.start, []).append(job)
+        for start, group in groups.items():
+            if devices > 1 or len(group) == 1:
+                why = (
+                    f"this worker trains each on {devices} devices; a pack trains on one"
+                    if devices > 1
+                    else f"resumed alone from step {start} (the others from other steps)"
+                )
+                for job in group:
+                    outs[job.cfg.trial_id] = _train_alone(job) | {"pack_reason": why}
+                continue
+            with phases.phase("train"):
+                results = train_packed(
+                    [job.cfg for job in group],
+                    models=[job.model for job in group],
+                    opt_states=[job.opt_state for job in group],
+                    start_step=start,
+                    hooks=[job.hooks for job in group],
+                )
+            for job, result in zip(group, results, strict=True):
+                outs[job.cfg.trial_id] = job.finish(result)
+    return {tid: outs[tid] | {"pack": ids, "phases": phases.as_dict()} for tid in ids}
 
 
 def _timed(phases: Phases, name: str, fn: Callable) -> Callable:
@@ -398,6 +558,7 @@ __all__ = [
     "compile_cache_dir",
     "finish_trial",
     "read_done",
+    "run_pack_train",
     "run_stage",
     "run_train_stage",
     "run_trial_stages",

@@ -223,7 +223,7 @@ def train(
 
     if start_step == 0:
         for hook in hooks:
-            if hook.at_start:
+            if hook.due_at_start():
                 hook.fn(state(0))
 
     for step in range(start_step, total):
@@ -262,8 +262,7 @@ def train(
             if diverged:
                 break
         for hook in hooks:
-            due = hook.every and done % hook.every == 0
-            if due or (hook.at_end and done == total):
+            if hook.due_after(done, total):
                 hook.fn(state(done))
 
     steps_done = done if diverged else total

@@ -176,6 +176,23 @@ def test_train_stage_writes_ntk_table_and_resumes(tmp_path):
         assert resumed[(metric, 32)] == pytest.approx(value, rel=1e-6)
 
 
+def test_a_resumed_tracker_takes_its_previous_kernels_from_before_the_resume_step(tmp_path):
+    """A run stopped past its last checkpoint left kernels of steps it will measure again: the
+    velocity of the resumed run's first step is against the kernels at or before its resume
+    step (K_0 stays the reference for drift)."""
+    cfg = _cfg("rope")
+    folder = tmp_path / "ntk"
+    folder.mkdir()
+    for step in (0, 1, 2, 4, 8):
+        np.savez(folder / f"kernels_{step:08d}.npz", **{"train/total": np.full((2, 2), step)})
+    task = make_task_from(cfg)
+    resumed = NTKTracker(cfg, task, tmp_path, resume_step=5)
+    assert resumed.previous is not None and resumed.previous[0] == 4
+    assert resumed.previous[1]["train/total"][0, 0] == 4
+    assert resumed.initial["train/total"][0, 0] == 0
+    assert NTKTracker(cfg, task, tmp_path).previous[0] == 8  # without it: the last file
+
+
 @pytest.mark.parametrize("kind", [pytest.param("learned", marks=pytest.mark.slow), "alibi"])
 def test_padding_probes_to_the_longest_changes_no_metric(kind):
     """The model is causal: probes padded to the longest probe length (one compiled program)

@@ -7,7 +7,8 @@ import pytest
 
 from rope_lab.config import replace
 from rope_lab.model.factory import make_model
-from rope_lab.trial.ensemble import init_ensemble, train_ensemble, unstack
+from rope_lab.trial.ensemble import init_ensemble, train_ensemble, train_packed, unstack
+from rope_lab.trial.hooks import Hook
 from rope_lab.trial.train import train
 from tests.helpers import tiny_trial
 
@@ -62,3 +63,75 @@ def test_divergence_is_flagged_per_seed():
 def test_no_seeds_is_an_error():
     with pytest.raises(ValueError, match="seeds: need at least one seed"):
         train_ensemble(tiny_trial(), [])
+
+
+def _recorder(calls: list, states: dict | None = None):
+    """A hook body recording (step, rows seen, first embedding value) and keeping the state."""
+
+    def fn(state):
+        first = float(np.asarray(state.model.embedding)[0, 0])
+        calls.append((state.step, len(state.history), first))
+        if states is not None:
+            states[state.step] = (state.model, state.opt_state)
+
+    return fn
+
+
+def _hooks(calls: list, states: dict | None = None) -> list[Hook]:
+    return [
+        Hook(every=4, fn=_recorder(calls, states), at_start=True),
+        Hook(every=1, fn=_recorder(calls), steps=frozenset({0, 5, 12}), at_start=True),
+    ]
+
+
+@pytest.mark.slow  # four training runs, two compilations: ~30 s of CPU
+def test_packed_members_resume_and_see_their_own_hooks_as_alone():
+    """`train_packed` from a mid-run state with per-member hooks: each member's hooks run at the
+    steps `train` runs them, with its own model and history, and the members end where
+    `train` ends each trial."""
+    cfg = replace(tiny_trial("rope", steps=12), **{"train.log_every": 2})
+    cfgs = [replace(cfg, **{"train.seed": s}) for s in SEEDS]
+    alone = []
+    for c in cfgs:
+        calls: list = []
+        result = train(c, hooks=_hooks(calls))
+        alone.append((calls, result))
+
+    first_calls: list[list] = [[], []]
+    states: list[dict] = [{}, {}]
+    train_packed(cfgs, hooks=[_hooks(first_calls[i], states[i]) for i in range(2)], steps=12)
+    for (calls, _), own in zip(alone, first_calls, strict=True):
+        assert [c[:2] for c in own] == [c[:2] for c in calls]
+        np.testing.assert_allclose([c[2] for c in own], [c[2] for c in calls], rtol=1e-5)
+
+    resumed_calls: list[list] = [[], []]
+    resumed = train_packed(
+        cfgs,
+        models=[states[i][4][0] for i in range(2)],
+        opt_states=[states[i][4][1] for i in range(2)],
+        start_step=4,
+        hooks=[_hooks(resumed_calls[i]) for i in range(2)],
+    )
+    for (calls, single), own, member in zip(alone, resumed_calls, resumed, strict=True):
+        # after step 4: every 4 (8, 12), the step set (5, 12); rows of this run only
+        assert [c[0] for c in own] == [c[0] for c in calls if c[0] > 4] == [5, 8, 12, 12]
+        assert [c[1] for c in own] == [0, 2, 4, 4]
+        np.testing.assert_allclose(
+            [c[2] for c in own], [c[2] for c in calls if c[0] > 4], rtol=1e-5
+        )
+        assert member.steps_done == 12 and [r["step"] for r in member.history] == [6, 8, 10, 12]
+        np.testing.assert_allclose(
+            [r["loss"] for r in member.history],
+            [r["loss"] for r in single.history if r["step"] > 4],
+            rtol=1e-4,
+        )
+        for a, b in zip(_arrays(member.model), _arrays(single.model), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
+        for a, b in zip(_arrays(member.opt_state), _arrays(single.opt_state), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
+
+
+def test_a_pack_refuses_trials_that_differ_beyond_their_seeds():
+    cfg = tiny_trial("rope")
+    with pytest.raises(ValueError, match=r"cannot train as one pack: .* train\.lr"):
+        train_packed([cfg, replace(cfg, **{"train.seed": 1, "train.lr": 1e-2})])
