@@ -9,6 +9,8 @@ The public surface, each name imported from its home module on first access (so 
     rows = rope_lab.evaluate_model(model, task, cfg, step=0)
     results = rope_lab.load("runs/one")                         # polars tables of run dirs
     spec = rope_lab.load_spec("sweeps/smoke.yaml"); rope_lab.run_sweep(spec, "runs")
+    model = rope_lab.load_model("runs/smoke/trials/TRIAL_ID")  # a trial's trained model
+    model = rope_lab.from_hf("checkpoints/SmolLM2-135M")       # a local HF checkpoint
 
 Everything else lives in the implementation modules (`rope_lab.trial.train`,
 `rope_lab.ntk.kernels`, ...).
@@ -34,13 +36,17 @@ _HOMES = {
     "position_kernel": "rope_lab.ntk.kernels",
     "load_spec": "rope_lab.sweep.spec",
     "run_sweep": "rope_lab.sweep.runner",
+    "load_model": "rope_lab.trial.trained",
+    "from_hf": "rope_lab.hf.weights",
 }
 
 __all__ = [
     "TrialConfig",
     "TrialOutcome",
     "evaluate_model",
+    "from_hf",
     "load",
+    "load_model",
     "load_spec",
     "load_trial",
     "make_model",
@@ -52,6 +58,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from rope_lab.config import TrialConfig, load_trial
+    from rope_lab.hf.weights import from_hf
     from rope_lab.model.factory import make_model
     from rope_lab.ntk.kernels import position_kernel, sequence_kernel
     from rope_lab.results import load
@@ -59,6 +66,7 @@ if TYPE_CHECKING:
     from rope_lab.sweep.spec import load_spec
     from rope_lab.trial.evaluate import evaluate_model
     from rope_lab.trial.run import TrialOutcome, run_trial
+    from rope_lab.trial.trained import load_model
 
 
 def __getattr__(name: str) -> Any:

@@ -204,10 +204,12 @@ def build_parser() -> argparse.ArgumentParser:
     from rope_lab.analysis.claims.cli import add_command as add_claims
     from rope_lab.cli_analysis import add_commands
     from rope_lab.cli_corpus import add_command as add_corpus
+    from rope_lab.cli_hf import add_command as add_export
 
     add_commands(sub)
     add_claims(sub)
     add_corpus(sub)
+    add_export(sub)
     return parser
 
 

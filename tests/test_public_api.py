@@ -12,6 +12,8 @@ HOMES = {
     "TrialConfig": "rope_lab.config",
     "TrialOutcome": "rope_lab.trial.run",
     "evaluate_model": "rope_lab.trial.evaluate",
+    "from_hf": "rope_lab.hf.weights",
+    "load_model": "rope_lab.trial.trained",
     "load": "rope_lab.results",
     "load_spec": "rope_lab.sweep.spec",
     "load_trial": "rope_lab.config",

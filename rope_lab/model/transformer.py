@@ -424,6 +424,21 @@ def with_scaling(
     return eqx.tree_at(lambda m: m.layer_positions, model, layer_positions)
 
 
+def at_length(model: Transformer, length: int) -> Transformer:
+    """The model with a length-dependent trained scaling (dynamic NTK, LongRoPE) taken at
+    `length`, as Hugging Face's rotary embedding does for a forward of `length` tokens (for
+    dynamic NTK only past the trained length); the model itself for every other encoding."""
+    from rope_lab.registry import SCALINGS
+    from rope_lab.typed import thaw
+
+    if not model.config.supports_scaling:
+        return model
+    kind, factor, params = model.config.scaled_position.options.trained_scaling()
+    if not SCALINGS[kind].length_dependent:
+        return model
+    return with_scaling(model, kind, factor, thaw(params), seq_len=length)
+
+
 def with_temperature(model: Transformer, temperature: float) -> Transformer:
     """The same model with every attention logit multiplied by `temperature` (bias included).
 

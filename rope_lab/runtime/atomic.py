@@ -7,8 +7,10 @@ Readers see either the old file or the complete new one; a crash leaves at most 
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -48,3 +50,20 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
 def atomic_write_text(path: str | Path, text: str) -> Path:
     """`atomic_write` of UTF-8 text."""
     return atomic_write(path, lambda f: f.write(text.encode()))
+
+
+@contextmanager
+def atomic_dir(path: str | Path) -> Iterator[Path]:
+    """A hidden temp folder beside `path` to fill; renamed to `path` when the block ends
+    without an error, removed otherwise (`path` must not exist)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp.mkdir()
+    try:
+        yield tmp
+        os.rename(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    fsync_dir(path.parent)

@@ -1,0 +1,8 @@
+"""Hugging Face checkpoints of the Llama family in and out: `from_hf(path)` loads a local
+checkpoint folder as a rope_lab `Transformer`; `save_hf` writes one (`rope-lab export`).
+`rope_lab.hf.config` maps config.json (JAX-free); `rope_lab.hf.weights` the safetensors."""
+
+from rope_lab.hf.config import FAMILIES, CheckpointError, HFArchitecture, read_config
+from rope_lab.hf.weights import from_hf, save_hf
+
+__all__ = ["FAMILIES", "CheckpointError", "HFArchitecture", "from_hf", "read_config", "save_hf"]

@@ -1,0 +1,279 @@
+"""Hugging Face `config.json` of the Llama family <-> rope_lab's `ModelConfig` (JAX-free).
+
+`read_config(folder)` maps a local checkpoint's config to a `HFArchitecture`: the model config
+(width, depth, heads and key/value heads, head size, MLP, RMSNorm epsilon, biases, QK-norm,
+tied readout, sliding window, partial rotary), the vocabulary, the trained RoPE encoding (the
+checkpoint's own `rope_parameters`, or the older `rope_scaling` + `rope_theta`, as rope_lab's
+`model.position.rope` with the same scaling method) and its training length: the scaling's
+`original_max_position_embeddings` where it has one, else `max_position_embeddings`.
+
+Supported `model_type`s (`FAMILIES`): llama (Llama 2 / 3.x, SmolLM2), mistral, qwen2 (q/k/v
+biases), qwen3 (QK-norm) and phi3 (fused projections, partial rotary). A field rope_lab cannot
+express (an output-projection bias, an MLP bias, an activation other than SiLU, a layer mix of
+sliding and full attention, a rope_type without a rope_lab method) is refused naming it.
+
+`hf_config(model_config, vocab, train_length)` is the way back, for `rope-lab export`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rope_lab.config import LayerConfig, ModelConfig, PositionConfig
+from rope_lab.model.positions.rotary import RopeConfig
+from rope_lab.typed import ConfigError
+
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
+# rope_lab scaling method of each HF rope_type (the same name; rope_lab's own `ntk` and
+# `proportional` have no HF rope_type)
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
+# each method's parameters as HF names them (rope_lab's fields have the same names)
+_ROPE_PARAMS = {
+    "default": (),
+    "linear": (),
+    "dynamic": (),
+    "yarn": ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate"),
+    "llama3": ("low_freq_factor", "high_freq_factor"),
+    "longrope": ("short_factor", "long_factor", "attention_factor"),
+}
+# rope_parameters keys that are not a method's parameters
+_ROPE_KEYS = {"rope_type", "type", "rope_theta", "factor", "original_max_position_embeddings",
+              "partial_rotary_factor"}  # fmt: skip
+
+
+class CheckpointError(ConfigError):
+    """A checkpoint folder or config that rope_lab cannot load, with the reason."""
+
+
+@dataclass(frozen=True)
+class HFArchitecture:
+    """What a checkpoint's config.json says, in rope_lab's terms."""
+
+    model_type: str
+    model: ModelConfig
+    vocab_size: int
+    train_length: int  # the trained context: original_max_position_embeddings
+    max_position_embeddings: int
+    bos_token_id: int | None = None
+    eos_token_id: Any = None
+
+
+def local_folder(path: str | Path) -> Path:
+    """`path` as an existing local folder holding config.json; CheckpointError otherwise (a
+    hub name or URL is refused: rope_lab never downloads)."""
+    text = str(path)
+    if "://" in text:
+        raise CheckpointError(f"{text}: not a local folder (rope_lab reads local checkpoints only)")
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        raise CheckpointError(
+            f"{text}: no such local folder (rope_lab reads local checkpoints only; download "
+            "the checkpoint first, e.g. `huggingface-cli download NAME --local-dir DIR`)"
+        )
+    if not (folder / "config.json").is_file():
+        raise CheckpointError(f"{folder}: no config.json, not a Hugging Face checkpoint folder")
+    return folder
+
+
+def read_config(path: str | Path) -> HFArchitecture:
+    """The `HFArchitecture` of the checkpoint folder `path` (see the module docstring)."""
+    folder = local_folder(path)
+    return from_hf_dict(json.loads((folder / "config.json").read_text()), where=str(folder))
+
+
+def from_hf_dict(cfg: dict[str, Any], where: str = "config.json") -> HFArchitecture:
+    """`read_config` of a config already parsed."""
+    model_type = cfg.get("model_type")
+    if model_type not in FAMILIES:
+        raise CheckpointError(
+            f"{where}: model_type {model_type!r} is not supported; supported: {', '.join(FAMILIES)}"
+        )
+    _refuse(cfg, where, model_type)
+    width, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
+    head_dim = int(cfg.get("head_dim") or width // heads)
+    kv = cfg.get("num_key_value_heads") or heads
+    inter = int(cfg["intermediate_size"])
+    max_pos = int(cfg["max_position_embeddings"])
+    position, train_length = _rope(cfg, where, max_pos, head_dim)
+    window = cfg.get("sliding_window") if model_type in ("mistral", "phi3") else None
+    model = ModelConfig(
+        width=width,
+        depth=int(cfg["num_hidden_layers"]),
+        heads=heads,
+        head_dim=head_dim,
+        kv_heads=None if kv == heads else int(kv),
+        mlp_ratio=inter / width,
+        norm="rmsnorm",
+        mlp="swiglu",
+        norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        qkv_bias=model_type == "qwen2",
+        qk_norm=model_type == "qwen3",
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        position=position,
+        layers=(LayerConfig(window=int(window)),) if window else (),
+    )
+    assert model.d_mlp == inter, (model.d_mlp, inter)
+    return HFArchitecture(
+        model_type=model_type,
+        model=model,
+        vocab_size=int(cfg["vocab_size"]),
+        train_length=train_length,
+        max_position_embeddings=max_pos,
+        bos_token_id=cfg.get("bos_token_id"),
+        eos_token_id=cfg.get("eos_token_id"),
+    )
+
+
+def _refuse(cfg: dict[str, Any], where: str, model_type: str) -> None:
+    """CheckpointError naming the first field rope_lab cannot express."""
+    act = cfg.get("hidden_act", "silu")
+    if act != "silu":
+        raise CheckpointError(f"{where}: hidden_act {act!r} is not supported (SwiGLU with silu)")
+    for key in ("attention_bias", "mlp_bias"):
+        if cfg.get(key):
+            raise CheckpointError(
+                f"{where}: {key}: true is not supported (rope_lab has q/k/v biases only)"
+            )
+    if model_type in ("qwen2", "qwen3") and cfg.get("use_sliding_window"):
+        raise CheckpointError(
+            f"{where}: use_sliding_window: true (sliding layers above max_window_layers) is not "
+            "supported"
+        )
+    types = cfg.get("layer_types")
+    if types and len(set(types)) > 1:
+        raise CheckpointError(f"{where}: layer_types mixes {sorted(set(types))}: not supported")
+
+
+def _rope(
+    cfg: dict[str, Any], where: str, max_pos: int, head_dim: int
+) -> tuple[PositionConfig, int]:
+    """The trained rotary encoding and the training length, from `rope_parameters` (or the
+    older `rope_scaling` + `rope_theta`)."""
+    params = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind not in ROPE_TYPES:
+        raise CheckpointError(
+            f"{where}: rope_type {kind!r} is not supported; supported: {', '.join(ROPE_TYPES)}"
+        )
+    theta = float(params.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+    fraction = float(params.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)))
+    original = params.get("original_max_position_embeddings")
+    original = int(original or cfg.get("original_max_position_embeddings") or max_pos)
+    if kind in ("default", "dynamic"):
+        # no scaling: the whole trained context; HF's dynamic NTK grows past max_position_embeddings
+        original = max_pos
+    factor = params.get("factor")
+    if factor is None:  # HF's convention for yarn / longrope: the ratio of the contexts
+        factor = max_pos / original if kind in ("yarn", "longrope") else 1.0
+    unknown = set(params) - _ROPE_KEYS - set(_ROPE_PARAMS[kind])
+    if unknown:
+        raise CheckpointError(
+            f"{where}: rope parameter(s) {sorted(unknown)} of rope_type {kind!r} are not supported"
+        )
+    method = tuple(
+        (name, _plain(params[name])) for name in _ROPE_PARAMS[kind] if params.get(name) is not None
+    )
+    rotary_dim = int(head_dim * fraction)
+    if rotary_dim != int(head_dim * fraction) // 2 * 2:
+        raise CheckpointError(f"{where}: partial_rotary_factor {fraction} rotates an odd dim")
+    options = RopeConfig(
+        theta=theta,
+        rotary_fraction=fraction,
+        scaling=kind,
+        factor=float(factor),
+        params=method,
+    )
+    return PositionConfig(kind="rope", options=options), original
+
+
+def _plain(value: Any) -> Any:
+    """A JSON value as a config value (lists become tuples)."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+def hf_config(model: ModelConfig, vocab_size: int, train_length: int) -> dict[str, Any]:
+    """A Hugging Face config.json (as a dict) for a rope_lab model: llama, qwen2 (q/k/v
+    biases) or qwen3 (QK-norm), mistral (one sliding-window layer kind); CheckpointError
+    naming the first field Hugging Face's Llama family cannot express."""
+    _exportable(model)
+    rope = model.position.options
+    params: dict[str, Any] = {"rope_type": rope.scaling, "rope_theta": rope.theta}
+    if rope.scaling != "default":
+        params["factor"] = rope.factor
+        params["original_max_position_embeddings"] = train_length
+        params.update({k: list(v) if isinstance(v, tuple) else v for k, v in rope.params})
+    model_type = "qwen3" if model.qk_norm else "qwen2" if model.qkv_bias else "llama"
+    window = model.layers[0].window if model.layers else None
+    if window is not None:
+        model_type = "mistral"
+    stretched = rope.scaling not in ("default", "linear", "dynamic")
+    max_pos = round(rope.factor * train_length) if stretched else train_length
+    arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+            "qwen3": "Qwen3ForCausalLM", "mistral": "MistralForCausalLM"}[model_type]  # fmt: skip
+    out: dict[str, Any] = {
+        "architectures": [arch],
+        "model_type": model_type,
+        "vocab_size": vocab_size,
+        "hidden_size": model.width,
+        "intermediate_size": model.d_mlp,
+        "num_hidden_layers": model.depth,
+        "num_attention_heads": model.n_heads,
+        "num_key_value_heads": model.n_kv_heads,
+        "head_dim": model.d_head,
+        "hidden_act": "silu",
+        "rms_norm_eps": model.norm_eps,
+        "tie_word_embeddings": model.tie_embeddings,
+        "max_position_embeddings": max_pos,
+        "rope_parameters": params,
+        "attention_bias": False,
+        "torch_dtype": "float32",
+    }
+    if model_type == "mistral":
+        out["sliding_window"] = window
+    return out
+
+
+def _exportable(m: ModelConfig) -> None:
+    """CheckpointError naming the first field of `m` a Llama-family checkpoint cannot hold."""
+    wants = {
+        "family": "transformer",
+        "parametrization": "sp",
+        "norm": "rmsnorm",
+        "mlp": "swiglu",
+        "scalable_softmax": False,
+    }
+    for key, value in wants.items():
+        if getattr(m, key) != value:
+            raise CheckpointError(
+                f"model.{key}: {getattr(m, key)!r} has no Hugging Face Llama-family form "
+                f"(export needs {value!r})"
+            )
+    if m.position.kind != "rope":
+        raise CheckpointError(
+            f"model.position.kind: {m.position.kind!r} has no Hugging Face Llama-family form "
+            "(export needs rope)"
+        )
+    rope = m.position.options
+    if rope.scaling not in ROPE_TYPES:
+        raise CheckpointError(
+            f"model.position.rope.scaling: {rope.scaling!r} has no Hugging Face rope_type"
+        )
+    if rope.rotary_fraction != 1.0:
+        raise CheckpointError(
+            "model.position.rope.rotary_fraction: partial rotary is not in Llama, Mistral or Qwen"
+        )
+    if m.qk_norm and m.qkv_bias:
+        raise CheckpointError("model.qk_norm with model.qkv_bias: no Hugging Face family has both")
+    if len(m.layers) > 1 or any(
+        dataclasses.replace(layer, window=None) != LayerConfig() for layer in m.layers
+    ):
+        raise CheckpointError(
+            "model.layers: only one layer kind, optionally with a window (Mistral), exports"
+        )
+    if m.layers and (m.qk_norm or m.qkv_bias):
+        raise CheckpointError("model.layers: a sliding window exports as Mistral, which has no "
+                              "q/k/v biases or QK-norm")  # fmt: skip

@@ -1,0 +1,191 @@
+"""Hugging Face safetensors weights <-> a rope_lab `Transformer`.
+
+`from_hf(path)` reads a local checkpoint folder (`config.json`, `*.safetensors`) of the Llama
+family (`rope_lab.hf.config.FAMILIES`) into a `Transformer` whose forward equals
+`transformers`' (tests/hf): per layer, `input_layernorm`, `self_attn.{q,k,v,o}_proj` (Phi-3's
+fused `qkv_proj` split into its query, key and value rows), the q/k/v biases (Qwen2), the
+per-head `q_norm` / `k_norm` (Qwen3), `post_attention_layernorm`, `mlp.{gate,up,down}_proj`
+(Phi-3's fused `gate_up_proj`: gate rows first), then `model.norm` and `lm_head` (absent when
+tied). Layers stack along the leading axis of `Transformer.blocks`. Weights are read with
+`safetensors` into the requested dtype; nothing is downloaded.
+
+`save_hf(model, out, ...)` writes the reverse: a checkpoint `transformers` loads.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from safetensors import safe_open
+from safetensors.numpy import save_file
+
+from rope_lab.hf.config import CheckpointError, HFArchitecture, hf_config, read_config
+from rope_lab.model.positions import make_position_encoding
+from rope_lab.model.transformer import Transformer
+from rope_lab.runtime.atomic import atomic_dir
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+# rope_lab block leaf -> HF per-layer tensor name (after Phi-3's fused tensors are split)
+_BLOCK_NAMES = {
+    ("attn_norm", "weight"): "input_layernorm.weight",
+    ("attn", "q", "weight"): "self_attn.q_proj.weight",
+    ("attn", "k", "weight"): "self_attn.k_proj.weight",
+    ("attn", "v", "weight"): "self_attn.v_proj.weight",
+    ("attn", "o", "weight"): "self_attn.o_proj.weight",
+    ("attn", "q", "bias"): "self_attn.q_proj.bias",
+    ("attn", "k", "bias"): "self_attn.k_proj.bias",
+    ("attn", "v", "bias"): "self_attn.v_proj.bias",
+    ("attn", "q_norm", "weight"): "self_attn.q_norm.weight",
+    ("attn", "k_norm", "weight"): "self_attn.k_norm.weight",
+    ("mlp_norm", "weight"): "post_attention_layernorm.weight",
+    ("mlp", "gate", "weight"): "mlp.gate_proj.weight",
+    ("mlp", "up", "weight"): "mlp.up_proj.weight",
+    ("mlp", "down", "weight"): "mlp.down_proj.weight",
+}
+
+
+def from_hf(path: str | Path, dtype: str = "float32") -> Transformer:
+    """The checkpoint in the local folder `path` as a rope_lab `Transformer` in `dtype`
+    (parameters and compute): `model(tokens (*B, L)) -> logits (*B, L, V)`, its trained RoPE
+    scaling built at the checkpoint's original context (`model.train_length`)."""
+    arch = read_config(path)
+    tensors = _read_tensors(Path(path), arch)
+    return build(arch, tensors, dtype)
+
+
+def build(arch: HFArchitecture, tensors: dict[str, np.ndarray], dtype: str) -> Transformer:
+    """A `Transformer` of `arch` holding the named HF tensors (all of them used, each once)."""
+    cfg = arch.model.__class__(**{**_fields(arch.model), "dtype": dtype})
+    key = jax.random.PRNGKey(0)
+    make = lambda: Transformer(
+        cfg, arch.vocab_size, train_length=arch.train_length, max_length=1, key=key
+    )
+    skeleton = eqx.filter_eval_shape(make)
+    encoding = make_position_encoding(cfg, max_length=1, train_length=arch.train_length, key=key)
+    layers = tuple(
+        None
+        if layer.position is None
+        else make_position_encoding(
+            cfg.with_position(layer.position), max_length=1, train_length=arch.train_length, key=key
+        )
+        for layer in cfg.layers
+    )
+    model = eqx.tree_at(lambda m: (m.position, m.layer_positions), skeleton, (encoding, layers))
+    used: set[str] = set()
+    as_array = lambda name: _take(tensors, name, used, DTYPES[dtype])
+    model = eqx.tree_at(lambda m: m.embedding, model, as_array("model.embed_tokens.weight"))
+    model = eqx.tree_at(lambda m: m.final_norm.weight, model, as_array("model.norm.weight"))
+    if model.head is not None:
+        model = eqx.tree_at(lambda m: m.head.weight, model, as_array("lm_head.weight"))
+    for path, name in _BLOCK_NAMES.items():
+        if _get(model.blocks, path) is None:
+            continue
+        stacked = jnp.stack([as_array(f"model.layers.{i}.{name}") for i in range(cfg.depth)])
+        model = eqx.tree_at(_getter(path), model, stacked)
+    left = sorted(set(tensors) - used - {"lm_head.weight"})  # a tied checkpoint may store it
+    if left:
+        raise CheckpointError(f"tensors rope_lab does not use: {', '.join(left[:8])}")
+    missing = [
+        jax.tree_util.keystr(p)
+        for p, x in jax.tree_util.tree_leaves_with_path(model)
+        if isinstance(x, jax.ShapeDtypeStruct)
+    ]
+    assert not missing, missing
+    return model
+
+
+def _fields(cfg: Any) -> dict[str, Any]:
+    return {f: getattr(cfg, f) for f in cfg.__dataclass_fields__}
+
+
+def _getter(path: tuple[str, ...]) -> Any:
+    """`tree_at`'s `where` for the block leaf at `path`."""
+    return lambda m: _get(m.blocks, path)
+
+
+def _get(tree: Any, path: tuple[str, ...]) -> Any:
+    for part in path:
+        tree = getattr(tree, part)
+        if tree is None:
+            return None
+    return tree
+
+
+def _take(tensors: dict[str, np.ndarray], name: str, used: set[str], dtype) -> jax.Array:
+    if name not in tensors:
+        raise CheckpointError(f"the checkpoint has no tensor {name!r}")
+    used.add(name)
+    return jnp.asarray(tensors[name], dtype=dtype)
+
+
+def _read_tensors(folder: Path, arch: HFArchitecture) -> dict[str, np.ndarray]:
+    """Every tensor of the folder's `*.safetensors` files, as float32 NumPy arrays, with
+    Phi-3's fused projections split into the Llama names."""
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"{folder}: no *.safetensors files (other formats are not read)")
+    tensors: dict[str, np.ndarray] = {}
+    for file in files:
+        with safe_open(str(file), framework="flax") as f:
+            for name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
+                tensors[name] = np.asarray(f.get_tensor(name), dtype=np.float32)
+    if arch.model_type == "phi3":
+        _split_phi3(tensors, arch)
+    return tensors
+
+
+def _split_phi3(tensors: dict[str, np.ndarray], arch: HFArchitecture) -> None:
+    """qkv_proj -> q/k/v_proj (rows: heads, kv heads, kv heads x head_dim) and gate_up_proj
+    -> gate_proj, up_proj (the first half is the gate), in place."""
+    m = arch.model
+    q, kv = m.attention_width, m.n_kv_heads * m.d_head
+    for i in range(m.depth):
+        pre = f"model.layers.{i}."
+        qkv = tensors.pop(pre + "self_attn.qkv_proj.weight")
+        for name, rows in zip("qkv", np.split(qkv, [q, q + kv]), strict=True):
+            tensors[pre + f"self_attn.{name}_proj.weight"] = rows
+        gate, up = np.split(tensors.pop(pre + "mlp.gate_up_proj.weight"), 2)
+        tensors[pre + "mlp.gate_proj.weight"], tensors[pre + "mlp.up_proj.weight"] = gate, up
+
+
+def hf_tensors(model: Transformer) -> dict[str, np.ndarray]:
+    """The model's weights under Hugging Face Llama-family names, float32 (L, ...) per layer."""
+    arrays = lambda x: np.ascontiguousarray(np.asarray(x, dtype=np.float32))
+    out = {
+        "model.embed_tokens.weight": arrays(model.embedding),
+        "model.norm.weight": arrays(model.final_norm.weight),
+    }
+    if model.head is not None:
+        out["lm_head.weight"] = arrays(model.head.weight)
+    for path, name in _BLOCK_NAMES.items():
+        stacked = _get(model.blocks, path)
+        if stacked is None:
+            continue
+        for i in range(model.config.depth):
+            out[f"model.layers.{i}.{name}"] = arrays(stacked[i])
+    return out
+
+
+def save_hf(
+    model: Transformer, out: str | Path, *, vocab_size: int, tokenizer: Path | None = None
+) -> Path:
+    """Write `model` as a Hugging Face checkpoint folder `out` (config.json,
+    model.safetensors, tokenizer.json when given), atomically; CheckpointError naming a field
+    Hugging Face cannot express (`hf_config`)."""
+    config = hf_config(model.config, vocab_size, model.train_length)
+    out = Path(out)
+    if out.exists():
+        raise CheckpointError(f"{out}: exists; export writes a new folder")
+    with atomic_dir(out) as tmp:
+        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        save_file(hf_tensors(model), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        if tokenizer is not None:
+            shutil.copyfile(tokenizer, tmp / "tokenizer.json")
+    return out

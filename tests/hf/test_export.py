@@ -1,0 +1,109 @@
+"""`rope-lab export TRIAL_DIR --hf OUT`: a rope_lab model written as a Hugging Face checkpoint
+that `transformers` loads and reproduces, and that `from_hf` reads back to the same model."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import yaml
+
+from rope_lab.cli import main
+from rope_lab.config import LayerConfig, replace, validate
+from rope_lab.hf import CheckpointError, from_hf
+from rope_lab.model.transformer import at_length, trainable
+from rope_lab.trial.checkpoint import save_model
+from rope_lab.trial.pipeline import CONFIG_FILE, MODEL_FILE
+from rope_lab.trial.train import make_model
+from rope_lab.trial.trained import load_model
+from rope_lab.typed import to_dict
+from tests.helpers import tiny_trial
+from tests.hf.conftest import hf_logits, transformers_or_skip
+
+LLAMA = {"model.norm": "rmsnorm", "model.mlp": "swiglu", "model.kv_heads": 2}
+
+
+def _trial_dir(tmp_path, kind="rope", **changes):
+    """A trial folder holding a random-weight model of the trial (as a train stage leaves it)."""
+    cfg = validate(replace(tiny_trial(kind, width=32, head_dim=8, depth=2, vocab=40), **changes))
+    model = make_model(cfg)
+    params, static = eqx.partition(model, trainable(model))
+    leaves, tree = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.PRNGKey(7), len(leaves))
+    leaves = [
+        0.4 * jax.random.normal(k, x.shape) + (x.ndim == 1)
+        for k, x in zip(keys, leaves, strict=True)
+    ]
+    model = eqx.combine(jax.tree.unflatten(tree, leaves), static)
+    folder = tmp_path / "trials" / cfg.trial_id
+    folder.mkdir(parents=True)
+    (folder / CONFIG_FILE).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    save_model(folder / MODEL_FILE, model)
+    return folder, model
+
+
+@pytest.mark.parametrize(
+    ("changes", "model_type"),
+    [
+        ({"model.tie_embeddings": True}, "llama"),
+        ({"model.position.rope.scaling": "yarn", "model.position.rope.factor": 4.0}, "llama"),
+        ({"model.position.rope.scaling": "dynamic", "model.position.rope.factor": 2.0}, "llama"),
+        ({"model.qkv_bias": True}, "qwen2"),
+        ({"model.qk_norm": True, "model.heads": 2, "model.head_dim": 24}, "qwen3"),
+        ({"model.layers": (LayerConfig(window=5),)}, "mistral"),
+    ],
+)
+def test_export_loads_in_transformers_and_round_trips(tmp_path, changes, model_type):
+    _, transformers = transformers_or_skip()
+    trial_dir, model = _trial_dir(tmp_path, **LLAMA, **changes)
+    out = tmp_path / "hf"
+    assert main([ "export", str(trial_dir), "--hf", str(out)]) == 0  # fmt: skip
+    assert json.loads((out / "config.json").read_text())["model_type"] == model_type
+    hf = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+
+    class Ckpt:  # what hf_logits reads
+        pass
+
+    ckpt = Ckpt()
+    ckpt.hf = hf
+    back = from_hf(out)
+    rng = np.random.default_rng(0)
+    for length in (12, 48):  # below and beyond the trained 16
+        tokens = rng.integers(0, 40, (2, length))
+        ours = np.asarray(at_length(model, length)(jnp.asarray(tokens)))
+        want = hf_logits(ckpt, tokens)
+        assert np.abs(ours - want).max() / np.abs(want).max() < 1e-4, length
+        np.testing.assert_allclose(
+            at_length(back, length)(jnp.asarray(tokens)), ours, rtol=1e-6, atol=1e-6
+        )
+
+
+def test_load_model_reads_a_trial_folder(tmp_path):
+    trial_dir, model = _trial_dir(tmp_path, **LLAMA)
+    tokens = jnp.arange(10) % 40
+    np.testing.assert_array_equal(load_model(trial_dir)(tokens), model(tokens))
+
+
+@pytest.mark.parametrize(
+    ("kind", "changes", "match"),
+    [
+        ("alibi", LLAMA, r"model.position.kind: 'alibi' has no Hugging Face"),
+        ("rope", {**LLAMA, "model.norm": "layernorm"}, r"model.norm: 'layernorm'"),
+        ("rope", {**LLAMA, "model.position.rope.rotary_fraction": 0.5}, r"rotary_fraction"),
+        ("rope", {**LLAMA, "model.parametrization": "mup"}, r"model.parametrization: 'mup'"),
+    ],
+)
+def test_export_refuses_what_hugging_face_cannot_express(tmp_path, kind, changes, match, capsys):
+    trial_dir, _ = _trial_dir(tmp_path, kind, **changes)
+    with pytest.raises(CheckpointError, match=match):
+        from rope_lab.hf import save_hf
+
+        save_hf(load_model(trial_dir), tmp_path / "hf", vocab_size=40)
+    assert main(["export", str(trial_dir), "--hf", str(tmp_path / "hf")]) == 1
+    assert re.search(match, capsys.readouterr().err)
+    assert not (tmp_path / "hf").exists()
