@@ -28,6 +28,7 @@ from rope_lab.model.config import (
     MLPS,
     NORMS,
     PARAMETRIZATIONS,
+    InitConfig,
     LayerConfig,
     ModelConfig,
     PositionConfig,
@@ -125,8 +126,13 @@ def variant_tag(key: str, cls: type = TrialConfig) -> tuple[str, str] | None:
 
 def validate(cfg: TrialConfig) -> TrialConfig:
     """Check a trial config section by section; raise ConfigError naming the key path.
-    Returns the config. Each variant checks its own fields and the rules that involve it (the
-    position encoding, the task), so this module imports none of them."""
+    Returns the config (with `model.init.hf`, completed from the checkpoint's config.json:
+    `rope_lab.hf.trial.from_checkpoint`). Each variant checks its own fields and the rules
+    that involve it (the position encoding, the task), so this module imports none of them."""
+    if cfg.model.init.hf is not None:  # the checkpoint decides the architecture
+        from rope_lab.hf.trial import from_checkpoint
+
+        cfg = from_checkpoint(cfg)
     check_train(cfg)
     check_eval(cfg)
     check_model(cfg)
@@ -162,6 +168,7 @@ __all__ = [
     "ConfigError",
     "DecodeConfig",
     "EvalConfig",
+    "InitConfig",
     "LayerConfig",
     "ModelConfig",
     "NTKConfig",

@@ -14,6 +14,7 @@ tied). Layers stack along the leading axis of `Transformer.blocks`. Weights are 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -26,6 +27,7 @@ import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
+from rope_lab.config import ModelConfig
 from rope_lab.hf.config import CheckpointError, HFArchitecture, hf_config, read_config
 from rope_lab.model.positions import make_position_encoding
 from rope_lab.model.transformer import Transformer
@@ -60,9 +62,17 @@ def from_hf(path: str | Path, dtype: str = "float32") -> Transformer:
     return build(arch, tensors, dtype)
 
 
+def load_into(model: ModelConfig, path: str | Path) -> Transformer:
+    """The checkpoint at `path` as a Transformer whose static config is `model` (a trial's
+    `model` section completed from that checkpoint, `rope_lab.hf.trial`), so a model saved by
+    a trial loads into `make_model`'s structure."""
+    arch = dataclasses.replace(read_config(path), model=model)
+    return build(arch, _read_tensors(Path(path), arch), model.dtype)
+
+
 def build(arch: HFArchitecture, tensors: dict[str, np.ndarray], dtype: str) -> Transformer:
     """A `Transformer` of `arch` holding the named HF tensors (all of them used, each once)."""
-    cfg = arch.model.__class__(**{**_fields(arch.model), "dtype": dtype})
+    cfg = dataclasses.replace(arch.model, dtype=dtype)
     key = jax.random.PRNGKey(0)
     make = lambda: Transformer(
         cfg, arch.vocab_size, train_length=arch.train_length, max_length=1, key=key
@@ -99,10 +109,6 @@ def build(arch: HFArchitecture, tensors: dict[str, np.ndarray], dtype: str) -> T
     ]
     assert not missing, missing
     return model
-
-
-def _fields(cfg: Any) -> dict[str, Any]:
-    return {f: getattr(cfg, f) for f in cfg.__dataclass_fields__}
 
 
 def _getter(path: tuple[str, ...]) -> Any:

@@ -79,6 +79,15 @@ class LayerConfig:
 
 
 @dataclass(frozen=True)
+class InitConfig:
+    """Where the weights come from: None, a fresh initialisation from `train.seed`; `hf`, a
+    local Hugging Face checkpoint folder (`rope_lab.hf`), whose config.json then decides the
+    architecture, the vocabulary and the training length (`rope_lab.hf.trial`)."""
+
+    hf: str | None = None
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """Decoder-only Transformer shape. Heads default to width // head_dim (fixed head_dim).
 
@@ -122,6 +131,7 @@ class ModelConfig:
     qk_norm: bool = False
     tie_embeddings: bool = False
     norm_eps: float = 1e-5
+    init: InitConfig = dataclasses.field(default_factory=InitConfig)
     arch: Any = variant_field(MODELS, "family")
 
     def __post_init__(self) -> None:

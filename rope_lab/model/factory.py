@@ -19,12 +19,18 @@ def make_model(cfg: TrialConfig, *, key: PRNGKeyArray | None = None) -> Transfor
     `temperature`, `embedding`, `head` and `vocab_size` (the annotation names the Transformer).
 
     Vocabulary from `task.vocab_size`; a learned position table gets `cfg.max_length` rows.
+    `model.init.hf`: the local Hugging Face checkpoint's weights (`rope_lab.hf.load_into`).
     `train.regime: lazy`: the network's linearised twin around this initialisation
     (`rope_lab.model.lazy.linearize`; reference attention under `model.attention: auto`).
     """
     if key is None:
         key = jax.random.fold_in(jax.random.PRNGKey(cfg.train.seed), 0)
     lazy = cfg.train.regime == "lazy"
+    if cfg.model.init.hf is not None:  # the checkpoint's weights, not an initialisation
+        from rope_lab.hf.weights import load_into
+
+        network = load_into(cfg.model, cfg.model.init.hf)
+        return linearize(network) if lazy else network
     network = cfg.model.arch.build(
         lazy_model_config(cfg.model) if lazy else cfg.model,
         cfg.task.vocab_size,

@@ -57,6 +57,7 @@ NEUTRAL_DEFAULTS: dict[str, Any] = {
     "model.qk_norm": False,
     "model.tie_embeddings": False,
     "model.norm_eps": 1e-5,
+    "model.init": {"hf": None},
     "train.pose_target_length": None,
     "train.pose_chunks": 2,
     "train.regime": "rich",

@@ -253,7 +253,7 @@ class _TrainJob:
             self.folder.mkdir(parents=True, exist_ok=True)
             config_text = yaml.safe_dump(to_dict(cfg), sort_keys=False)
             atomic_write_text(self.folder / CONFIG_FILE, config_text)
-            every = cfg.train.checkpoint_every or cfg.train.steps
+            every = cfg.train.checkpoint_every or max(cfg.train.steps, 1)
             self.model, self.opt_state = init_state(cfg)
             task = task_from_config(cfg.task)
         self.ckpt = TrialCheckpointer(self.folder / "checkpoints", every=every)
