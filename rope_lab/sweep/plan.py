@@ -104,6 +104,36 @@ def eval_sequences(trial: TrialConfig, length: int) -> int:
     return -(-windows // ev.batch_size) * ev.batch_size
 
 
+def _transformer_params(trial: TrialConfig) -> tuple[int, int, int]:
+    """The Transformer's (n_params, n_params_non_embedding, matmul_params): see
+    `estimate_cost`."""
+    m = trial.model
+    d, v = m.width, trial.task.vocab_size
+    norm = 2 * d if m.norm == "layernorm" else d
+    matmul = _matmul_params(trial)
+    encoding = m.position.options.n_params(m, max_length=trial.max_length)
+    for layer in m.layers:
+        if layer.position is not None:
+            own = m.with_position(layer.position)
+            encoding += layer.position.options.n_params(own, max_length=trial.max_length)
+    if m.scalable_softmax:
+        encoding += m.depth * m.n_heads
+    extras = 0
+    if m.qkv_bias:
+        extras += m.depth * (m.attention_width + 2 * m.n_kv_heads * m.d_head)
+    if m.qk_norm:
+        extras += m.depth * 2 * m.d_head
+    readout = 0 if m.tie_embeddings else v * d  # a tied readout is the embedding
+    blocks = matmul - v * d  # the blocks' matmul weights
+    n_params = v * d + readout + encoding + blocks + extras + m.depth * 2 * norm + norm
+    # Kaplan et al.'s N: less the token embedding, the (untied) readout and a learned table
+    # the model-wide encoding adds to the input (= `model.count_non_embedding_params`)
+    position = m.position.options
+    table = position.n_params(m, max_length=trial.max_length) if "embed" in position.hooks else 0
+    non_embedding = n_params - v * d - readout - table
+    return n_params, non_embedding, matmul
+
+
 def estimate_cost(trial: TrialConfig) -> dict[str, int]:
     """Analytic parameter count, tokens, FLOPs and stages of one trial.
 
@@ -140,32 +170,12 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
     """
     m, tr, ev = trial.model, trial.train, trial.eval
     family_cost = m.arch.cost(m, trial.task.vocab_size, tr.length)
-    d, v = m.width, trial.task.vocab_size
-    norm = 2 * d if m.norm == "layernorm" else d
-    matmul = _matmul_params(trial)
-    encoding = m.position.options.n_params(m, max_length=trial.max_length)
-    for layer in m.layers:
-        if layer.position is not None:
-            own = m.with_position(layer.position)
-            encoding += layer.position.options.n_params(own, max_length=trial.max_length)
-    if m.scalable_softmax:
-        encoding += m.depth * m.n_heads
-    extras = 0
-    if m.qkv_bias:
-        extras += m.depth * (m.attention_width + 2 * m.n_kv_heads * m.d_head)
-    if m.qk_norm:
-        extras += m.depth * 2 * m.d_head
-    readout = 0 if m.tie_embeddings else v * d
-    n_params = v * d + encoding + matmul - v * d + readout + extras + m.depth * 2 * norm + norm
-    # Kaplan et al.'s N: less the token embedding, the (untied) readout and a learned table
-    # the model-wide encoding adds to the input (= `model.count_non_embedding_params`)
-    position = m.position.options
-    table = position.n_params(m, max_length=trial.max_length) if "embed" in position.hooks else 0
-    non_embedding = n_params - v * d - readout - table
     if family_cost is not None:
         n_params, non_embedding, matmul = (
             family_cost[k] for k in ("n_params", "n_params_non_embedding", "matmul_params")
         )
+    else:
+        n_params, non_embedding, matmul = _transformer_params(trial)
 
     def seq_flops(length: int) -> int:
         return forward_flops(trial, length)
