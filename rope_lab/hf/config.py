@@ -1,4 +1,4 @@
-"""Hugging Face `config.json` of the Llama family <-> rope_lab's `ModelConfig` (JAX-free).
+"""Hugging Face `config.json` of the Llama family <-> rope_lab's `ModelConfig`.
 
 `read_config(folder)` maps a local checkpoint's config to a `HFArchitecture`: the model config
 (width, depth, heads and key/value heads, head size, MLP, RMSNorm epsilon, biases, QK-norm,

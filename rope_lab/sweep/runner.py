@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from rope_lab.config import TrialConfig, to_dict
+from rope_lab.config import ConfigError, TrialConfig, to_dict
 from rope_lab.results import is_finished, trial_dir
 from rope_lab.runtime.allocator import worker_env
 from rope_lab.runtime.device_share import device_env
@@ -78,6 +78,20 @@ def _call(fn: Callable[..., dict], *args: Any) -> dict:
     return fn(*args)
 
 
+def fits(resources: Resources, cluster: dict[str, float]) -> None:
+    """ConfigError naming the key when one trial's request exceeds what the cluster has (on the
+    in-process cluster, which never grows, such a task would wait forever)."""
+    for key, name, want in (("num_cpus", "CPU", resources.num_cpus),
+                            ("num_gpus", "GPU", resources.num_gpus)):  # fmt: skip
+        have = cluster.get(name, 0.0)
+        if want > have:
+            raise ConfigError(
+                f"resources.{key}: each trial asks for {want:g} {name} but the in-process Ray "
+                f"cluster has {have:g}; lower it, run on a cluster (--address), or run the "
+                "stages here with --runner serial"
+            )
+
+
 class RayRunner:
     """Ray core tasks with per-trial resources; a crashed worker is retried `max_retries` times."""
 
@@ -92,6 +106,8 @@ class RayRunner:
                 log_to_driver=False,
                 runtime_env={"env_vars": worker_env()},
             )
+            if address is None:  # an in-process cluster never grows: a task it cannot fit waits
+                fits(resources, ray.cluster_resources())
         # Resources go to ray.remote itself, not .options(): only then does a GPU task get a
         # fresh worker process each time, so JAX's device memory is released between trials.
         # The environment goes with each task, so it applies on a cluster started by anyone.

@@ -324,3 +324,21 @@ def test_a_spec_that_adds_stages_runs_only_them_and_the_tables_follow_the_spec(t
     assert all(r.get("cached") for results in again.stages.values() for r in results)
     assert load(run_dir).eval.collect().sort(key).equals(original)
     assert run_sweep(first, out, runner="serial", progress=False).skipped == 2
+
+
+def test_a_request_the_in_process_cluster_cannot_fit_is_refused_naming_the_key():
+    from rope_lab.config import ConfigError
+    from rope_lab.sweep.runner import fits
+    from rope_lab.sweep.spec import Resources
+
+    laptop = {"CPU": 2.0, "memory": 1e9}
+    fits(Resources(num_cpus=2, num_gpus=0), laptop)
+    with pytest.raises(
+        ConfigError, match=r"resources.num_gpus: each trial asks for 1 GPU .* has 0"
+    ):
+        fits(Resources(num_cpus=1, num_gpus=1), laptop)
+    with pytest.raises(
+        ConfigError, match=r"resources.num_cpus: each trial asks for 4 CPU .* has 2"
+    ):
+        fits(Resources(num_cpus=4, num_gpus=0), laptop)
+    fits(Resources(num_cpus=1, num_gpus=0.25), {"CPU": 16.0, "GPU": 1.0})
