@@ -75,3 +75,13 @@ def sequences_per_forward(cfg: TrialConfig, length: int) -> int:
     batch = cfg.eval.batch_size
     fits = [b for b in range(1, batch + 1) if batch % b == 0 and b * per_sequence <= budget]
     return max(fits, default=1)
+
+
+def kv_cache_bytes(model: ModelConfig, capacity: int, dtype_bytes: int = 4) -> int:
+    """Bytes of the keys and values a decoding cache for `capacity` tokens holds
+    (`rope_lab.model.decode.init_cache`, slot bookkeeping aside): per layer 2 x kv_heads x
+    head_dim x slots, a sliding-window kind holding min(window, capacity) slots. Grouped-query
+    attention divides it by heads / kv_heads."""
+    repeats = model.depth // len(model.pattern)
+    slots = sum(capacity if k.window is None else min(capacity, k.window) for k in model.pattern)
+    return 2 * repeats * slots * model.n_kv_heads * model.d_head * dtype_bytes

@@ -199,6 +199,7 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
         "eval_flops": sum(k * seq_flops(n) for n, k in eval_seqs.items()),
         "ntk_flops": ntk_flops(trial) + nngp_flops(trial),
         "receptive_field": m.receptive_field or 0,
+        **_memory(trial, n_params, family_cost is None),
     }
     if tr.regime == "lazy":
         for key, factor in (
@@ -214,6 +215,26 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
     return cost
 
 
+def _memory(trial: TrialConfig, n_params: int, attention: bool) -> dict[str, int]:
+    """`eval_memory_bytes`: the parameters plus the largest evaluation forward (the longest
+    evaluated length, in the batch `memory.sequences_per_forward` fits; the bound of
+    `memory.forward_bytes`, through the configured attention); `kv_cache_bytes`: a decoding
+    cache for the longest evaluated length (`memory.kv_cache_bytes`; 0 for a family without
+    attention). Parameters count 2 bytes when a checkpoint loads in bfloat16, else 4. Training
+    and fine-tuning memory (gradients, optimiser state, saved activations) is not estimated."""
+    from rope_lab.model.memory import forward_bytes, kv_cache_bytes, sequences_per_forward
+
+    m = trial.model
+    width = 2 if m.init.hf is not None and m.dtype == "bfloat16" else 4
+    longest = max(trial.eval_lengths)
+    batch = sequences_per_forward(trial, longest)
+    forward = forward_bytes(m, trial.task.vocab_size, longest) * batch
+    return {
+        "eval_memory_bytes": n_params * width + forward,
+        "kv_cache_bytes": kv_cache_bytes(m, longest, width) if attention else 0,
+    }
+
+
 def _layout(trial: TrialConfig) -> str:
     """A layer layout as its kinds' short names, 'rope.w8 | none' ('-' without one)."""
     return " | ".join(layer.slug(trial.model) for layer in trial.model.layers) or "-"
@@ -226,8 +247,9 @@ def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
     receptive field (RF, tokens; only when a trial's family has one: the CNN; '-' for
     attention), the pack (only with `pack_seeds`: `p1`, `p2`, ... for the trials trained as
     one program, `-` for one trained alone; `rope_lab.trial.packing.plan_packs`), stages,
-    tokens, FLOPs, CPU time. With `pack_seeds`, lines after the table list each pack's seeds
-    and trials and why the others train alone.
+    tokens, FLOPs, CPU time, evaluation memory and the decoding cache at the longest length
+    (`_memory`; the total line shows the largest). With `pack_seeds`, lines after the table
+    list each pack's seeds and trials and why the others train alone.
 
     CPU time is total FLOPs / `flops_per_s` (sustained); it ignores compilation and per-step
     overhead, which dominate tiny models.
@@ -245,7 +267,7 @@ def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
     header = [
         "trial", *heads, "params", "non-emb", *(["RF"] if windowed else []),
         *(["pack"] if spec.pack_seeds else []), "stages",
-        "train tok", "eval tok", "NTK FLOPs", "FLOPs", "CPU time",
+        "train tok", "eval tok", "NTK FLOPs", "FLOPs", "CPU time", "eval mem", "KV cache",
     ]  # fmt: skip
     summed = ("stages", "train_tokens", "eval_tokens", "ntk_flops", "total_flops")
     totals = dict.fromkeys(summed, 0)
@@ -254,7 +276,11 @@ def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
         cells = [str(cost[name]) if name == "stages" else _si(cost[name]) for name in summed]
         return [*cells, _duration(cost["total_flops"] / flops_per_s)]
 
+    def memory(cost: dict[str, int]) -> list[str]:
+        return [_si(cost["eval_memory_bytes"]) + "B", _si(cost["kv_cache_bytes"]) + "B"]
+
     rows = []
+    peak: dict[str, int] = {}
     for trial in spec.trials:
         cost = estimate_cost(trial)
         totals = {name: totals[name] + cost[name] for name in summed}
@@ -267,9 +293,10 @@ def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
             params.append(str(cost["receptive_field"] or "-"))
         if spec.pack_seeds:
             params.append(pack_of.get(trial.trial_id, "-"))
-        rows.append([trial.trial_id, *values, *params, *numbers(cost)])
+        rows.append([trial.trial_id, *values, *params, *numbers(cost), *memory(cost)])
+        peak = {k: max(peak.get(k, 0), cost[k]) for k in ("eval_memory_bytes", "kv_cache_bytes")}
     blank = [""] * (len(keys) + 2 + windowed + spec.pack_seeds)
-    total = [f"total ({len(spec.trials)} trials)", *blank, *numbers(totals)]
+    total = [f"total ({len(spec.trials)} trials)", *blank, *numbers(totals), *memory(peak)]
     widths = [max(len(r[i]) for r in [header, *rows, total]) for i in range(len(header))]
 
     def line(cells: list[str]) -> str:

@@ -215,3 +215,20 @@ def test_ntk_of_a_grouped_query_model_with_biases_equals_the_jacobian():
     toks = jax.random.randint(jax.random.PRNGKey(3), (3, 6), 0, 24)
     _, own, _ = ntk_against_jacrev(model, toks, lambda p: p.blocks.attn.v.bias)
     assert own.sum() == 2 * 4
+
+
+@pytest.mark.parametrize("layers", [(), ({"window": 5}, {})])
+def test_the_planned_cache_size_is_the_cache_decoding_holds(layers):
+    """`memory.kv_cache_bytes` (sweep plan's KV cache column) equals the key and value arrays
+    of `init_cache`, grouped-query and sliding-window kinds included."""
+    from rope_lab.config import LayerConfig
+    from rope_lab.model.memory import kv_cache_bytes
+
+    kinds = tuple(LayerConfig(**kind) for kind in layers)
+    trial = _trial(**{"model.kv_heads": 2, "model.layers": kinds})
+    cache = init_cache(make_model(trial), 24)
+    held = sum(layer.k.nbytes + layer.v.nbytes for layer in cache.layers)
+    assert kv_cache_bytes(trial.model, 24) == held
+    assert kv_cache_bytes(trial.model, 24) * 2 == kv_cache_bytes(
+        _trial(**{"model.layers": kinds}).model, 24
+    )
