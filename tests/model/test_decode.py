@@ -132,6 +132,11 @@ def _rope_model(depth: int = 2):
 
 
 DYNAMIC = ("dynamic", 2.0, None)
+# every length-dependent scaling follows the same protocols (the default suite runs dynamic
+# NTK; dynamic YaRN, at ~15-40 s a test on 2 cores, runs with the slow tests)
+SLOW = pytest.mark.slow
+LENGTH_DEPENDENT = [DYNAMIC, pytest.param(("dynamic_yarn", 2.0, None), marks=SLOW)]
+LENGTH_INDEPENDENT = [("yarn", 2.0, None), pytest.param(("ntk_by_parts", 2.0, None), marks=SLOW)]
 
 
 def _teacher_greedy(model_at, prompt, steps):
@@ -157,7 +162,8 @@ def test_per_step_full_equals_teacher_forcing_at_every_length():
     np.testing.assert_array_equal(np.asarray(tokens), want_tokens)
 
 
-def test_re_rotating_the_cache_is_exact_in_one_layer_and_not_deeper():
+@pytest.mark.parametrize("scaling", LENGTH_DEPENDENT)
+def test_re_rotating_the_cache_is_exact_in_one_layer_and_not_deeper(scaling):
     """Re-rotating every cached key with the current frequencies gives teacher forcing's logits
     in a one-layer model; with two layers the cache's values and second-layer keys were
     computed under older frequencies, so past L_train it departs from the exact answer."""
@@ -166,7 +172,7 @@ def test_re_rotating_the_cache_is_exact_in_one_layer_and_not_deeper():
     for depth in (1, 2):
         model = _rope_model(depth)
         out = {
-            p: np.asarray(generate(model, prompt, 8, CAPACITY, protocol=p, scaling=DYNAMIC)[1])
+            p: np.asarray(generate(model, prompt, 8, CAPACITY, protocol=p, scaling=scaling)[1])
             for p in ("per_step_recompute", "per_step_full")
         }
         gaps[depth] = np.abs(out["per_step_recompute"] - out["per_step_full"]).max(axis=-1)
@@ -186,14 +192,15 @@ def test_prefill_fixed_is_one_scaling_for_the_whole_generation():
     np.testing.assert_array_equal(np.asarray(tokens), want_tokens)
 
 
-def test_stale_keys_differ_from_recompute_only_once_the_length_passes_l_train():
+@pytest.mark.parametrize("scaling", LENGTH_DEPENDENT)
+def test_stale_keys_differ_from_recompute_only_once_the_length_passes_l_train(scaling):
     """Dynamic scaling leaves the frequencies alone up to L_train, so the three protocols agree
     while the sequence fits it; past it, a stale cache reads keys rotated with older
     frequencies and its logits move away from the exact ones."""
     model = _rope_model()
     prompt = TOKENS[:3]
     out = {
-        p: np.asarray(generate(model, prompt, 10, CAPACITY, protocol=p, scaling=DYNAMIC)[1])
+        p: np.asarray(generate(model, prompt, 10, CAPACITY, protocol=p, scaling=scaling)[1])
         for p in PROTOCOLS
     }
     # step t reads a prefix of 3 + t tokens: steps 0..5 fit L_train = 8
@@ -205,10 +212,11 @@ def test_stale_keys_differ_from_recompute_only_once_the_length_passes_l_train():
     assert (gap[L_TRAIN - 3 + 1 :] > 1e-4).all()
 
 
-def test_a_length_independent_scaling_gives_one_answer_under_every_protocol():
+@pytest.mark.parametrize("scaling", LENGTH_INDEPENDENT)
+def test_a_length_independent_scaling_gives_one_answer_under_every_protocol(scaling):
     model, prompt = _rope_model(), TOKENS[:6]
     out = [
-        np.asarray(generate(model, prompt, 6, CAPACITY, protocol=p, scaling=("yarn", 2.0, None))[1])
+        np.asarray(generate(model, prompt, 6, CAPACITY, protocol=p, scaling=scaling)[1])
         for p in PROTOCOLS
     ]
     for other in out[1:]:

@@ -47,7 +47,7 @@ MODULES = {
     "rope_lab/model/rope.py": _SCALING_TESTS,
     **{
         f"rope_lab/model/scalings/{m}.py": _SCALING_TESTS
-        for m in ("base", "yarn", "llama3", "longrope")
+        for m in ("base", "yarn", "ntk_by_parts", "dynamic_yarn", "llama3", "longrope")
     },
     **{f"rope_lab/model/positions/{m}.py": _POSITION_TESTS for m in ("alibi", "rotary", "learned")},
     "rope_lab/model/positions/kerple.py": ("tests/model/positions/test_kerple.py",),

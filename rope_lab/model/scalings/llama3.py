@@ -22,7 +22,7 @@ class Llama3(Scaling):
     high_freq_factor: float
 
     needs_original_length = True
-    order = 5
+    order = 7
     colors = ("#99e0e8", "#0e8b99")
 
     def check(

@@ -53,7 +53,7 @@ class LongRope(Scaling):
 
     needs_original_length = True
     length_dependent = True
-    order = 6
+    order = 8
     colors = ("#d9d98c", "#6b6b00")
 
     def __post_init__(self) -> None:

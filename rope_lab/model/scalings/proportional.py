@@ -19,7 +19,7 @@ class Proportional(Scaling):
 
     partial_rotary_factor: float = 1.0
 
-    order = 7
+    order = 9
     colors = ("#d7c4b7", "#5d4037")
 
     def check(

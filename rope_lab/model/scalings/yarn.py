@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -73,17 +74,10 @@ class Yarn(Scaling):
     ) -> None:
         """Shared checks, theta > 1, and the optional parameters' ranges."""
         super().check(rotary_dim, theta=theta, factor=factor, original_length=original_length)
-        if theta <= 1:
-            raise ValueError(
-                f"theta must be > 1 for kind 'yarn' (log theta divides), got {theta!r}"
-            )
-        _require_optional_real("beta_fast", self.beta_fast, low=0.0, inclusive=False)
-        _require_optional_real("beta_slow", self.beta_slow, low=0.0, inclusive=False)
+        check_ramp(self.name, theta, self.beta_fast, self.beta_slow, self.truncate)
         _require_optional_real("mscale", self.mscale, low=0.0, inclusive=True)
         _require_optional_real("mscale_all_dim", self.mscale_all_dim, low=0.0, inclusive=True)
         _require_optional_real("attention_factor", self.attention_factor, low=0.0, inclusive=False)
-        if self.truncate is not None and not isinstance(self.truncate, bool | np.bool_):
-            raise ValueError(f"truncate must be a bool, got {self.truncate!r}")
 
     def attention(self, factor: float) -> float:
         """The attention factor for `factor`: explicit, mscale ratio, or YaRN's default."""
@@ -104,24 +98,58 @@ class Yarn(Scaling):
     ) -> tuple[np.ndarray, float]:
         """(d/2,) float32 ramp-blended frequencies, and the attention factor."""
         assert original_length is not None
-        theta, factor = float(theta), float(factor)
-        low, high = yarn_correction_range(
+        inv = ramp_blend(
             rotary_dim,
             theta,
+            factor,
             original_length,
-            self.beta_fast or BETA_FAST,
-            self.beta_slow or BETA_SLOW,
-            True if self.truncate is None else bool(self.truncate),
+            self.beta_fast,
+            self.beta_slow,
+            self.truncate,
         )
-        if low == high:
-            high += 0.001  # HF's guard against a zero-width ramp
-        idx = np.arange(rotary_dim // 2, dtype=np.float32)
-        ramp = np.clip((idx - np.float32(low)) / np.float32(high - low), 0, 1).astype(np.float32)
-        extrapolation_weight = np.float32(1) - ramp
-        interpolation_weight = (np.float32(1) - extrapolation_weight).astype(np.float64)
-        extrapolation_weight = extrapolation_weight.astype(np.float64)
+        return _output(inv, self.attention(float(factor)))
 
-        extrapolated = _base_inv_freq(theta, rotary_dim)
-        interpolated = 1.0 / (factor * np.power(theta, _exponents(rotary_dim)))
-        inv = interpolated * interpolation_weight + extrapolated * extrapolation_weight
-        return _output(inv, self.attention(factor))
+
+def check_ramp(kind: str, theta: float, beta_fast: Any, beta_slow: Any, truncate: Any) -> None:
+    """The checks of YaRN's ramp (kind `kind`): theta > 1, optional betas > 0, truncate a bool."""
+    if theta <= 1:
+        raise ValueError(f"theta must be > 1 for kind {kind!r} (log theta divides), got {theta!r}")
+    _require_optional_real("beta_fast", beta_fast, low=0.0, inclusive=False)
+    _require_optional_real("beta_slow", beta_slow, low=0.0, inclusive=False)
+    if truncate is not None and not isinstance(truncate, bool | np.bool_):
+        raise ValueError(f"truncate must be a bool, got {truncate!r}")
+
+
+def ramp_blend(
+    rotary_dim: int,
+    theta: float,
+    factor: float,
+    original_length: int,
+    beta_fast: float | None = None,
+    beta_slow: float | None = None,
+    truncate: bool | None = None,
+) -> np.ndarray:
+    """(d/2,) float64 YaRN frequencies, its NTK-by-parts part: theta ** (-2i/d) kept up to the
+    ramp's low dim, divided by `factor` from its high dim (`yarn_correction_range`), blended
+    linearly over the dim index between them (the ramp in float32, as HF). None parameters
+    take HF's defaults (betas 32 and 1, truncate True)."""
+    theta, factor = float(theta), float(factor)
+    low, high = yarn_correction_range(
+        rotary_dim,
+        theta,
+        original_length,
+        beta_fast or BETA_FAST,
+        beta_slow or BETA_SLOW,
+        True if truncate is None else bool(truncate),
+    )
+    if low == high:
+        high += 0.001  # HF's guard against a zero-width ramp
+    idx = np.arange(rotary_dim // 2, dtype=np.float32)
+    ramp = np.clip((idx - np.float32(low)) / np.float32(high - low), 0, 1).astype(np.float32)
+    extrapolation_weight = np.float32(1) - ramp
+    interpolation_weight = (np.float32(1) - extrapolation_weight).astype(np.float64)
+    extrapolation_weight = extrapolation_weight.astype(np.float64)
+
+    extrapolated = _base_inv_freq(theta, rotary_dim)
+    interpolated = 1.0 / (factor * np.power(theta, _exponents(rotary_dim)))
+    return interpolated * interpolation_weight + extrapolated * extrapolation_weight

@@ -29,7 +29,10 @@ def frequencies(kind: str, **kw: Any) -> tuple[np.ndarray, float]:
 def test_registry_order_and_kinds() -> None:
     assert KINDS[0] == "default"
     assert KINDS == rope.ROPE_KINDS
-    assert set(KINDS) >= {"linear", "ntk", "dynamic", "yarn", "llama3", "longrope", "proportional"}
+    assert set(KINDS) >= {
+        "linear", "ntk", "dynamic", "yarn", "ntk_by_parts", "dynamic_yarn", "llama3", "longrope",
+        "proportional",
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -63,6 +66,8 @@ def test_colours_of_the_plot_palette() -> None:
         "yarn": ("#f7a8cf", "#ae017e"),
         "llama3": ("#99e0e8", "#0e8b99"),
         "longrope": ("#d9d98c", "#6b6b00"),
+        "ntk_by_parts": ("#c994c7", "#67001f"),
+        "dynamic_yarn": ("#a1d99b", "#00441b"),
     }
     assert {k: SCALINGS[k].colors for k in expected} == expected
 
@@ -76,8 +81,10 @@ def test_length_dependent_means_seq_len_matters(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_uses_factor_means_factor_matters(kind: str) -> None:
-    a = frequencies(kind, seq_len=256)
-    b = frequencies(kind, seq_len=256, factor=8.0)
+    """At 16 x the training length, past both factors (dynamic YaRN's scale is capped by its
+    factor: at 4 x the length, factors 4 and 8 both give scale 4)."""
+    a = frequencies(kind, seq_len=1024)
+    b = frequencies(kind, seq_len=1024, factor=8.0)
     differs = not np.array_equal(a[0], b[0]) or a[1] != b[1]
     assert differs == SCALINGS[kind].uses_factor
 
