@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -134,3 +136,15 @@ def test_refusals_name_what_is_wrong(tmp_path, checkpoints):
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match=r"no \*\.safetensors files"):
         from_hf(folder)
+
+
+def test_bfloat16_loading_halves_the_parameters_and_stays_close(checkpoints):
+    """dtype="bfloat16" stores every weight in bfloat16 (half the bytes) and computes in it;
+    the logits stay within bfloat16's rounding of the float32 model's."""
+    folder = checkpoints("llama").folder
+    full, half = from_hf(folder), from_hf(folder, dtype="bfloat16")
+    nbytes = lambda m: sum(x.nbytes for x in jax.tree.leaves(eqx.filter(m, eqx.is_array)))
+    frozen = nbytes((full.position, full.layer_positions))  # float32 frequency buffers in both
+    assert nbytes(half) - frozen == (nbytes(full) - frozen) // 2
+    tokens = jnp.asarray(np.random.default_rng(2).integers(0, VOCAB, (1, 12)))
+    assert 1e-4 < _relative_error(half(tokens), np.asarray(full(tokens))) < 5e-2

@@ -271,6 +271,27 @@ DEFECTS = (
         "    return float(np.mean(np.abs(_f64(tail)))) / den",
         ("tests/ntk/test_columns.py", "tests/ntk/test_predictions.py"),
     ),
+    Defect(
+        "gqa-heads-tiled-not-repeated",
+        "rope_lab/model/attention.py",
+        "    return x if groups == 1 else jnp.repeat(x, groups, axis=-3)",
+        "    return x if groups == 1 else jnp.concatenate([x] * groups, axis=-3)",
+        ("tests/model/test_pretrained_arch.py",),
+    ),
+    Defect(
+        "phi3-gate-and-up-swapped",
+        "rope_lab/hf/weights.py",
+        '        gate, up = np.split(tensors.pop(pre + "mlp.gate_up_proj.weight"), 2)',
+        '        up, gate = np.split(tensors.pop(pre + "mlp.gate_up_proj.weight"), 2)',
+        ("tests/hf/test_from_hf.py",),
+    ),
+    Defect(
+        "hf-norm-epsilon-ignored",
+        "rope_lab/hf/config.py",
+        '        norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),',
+        "        norm_eps=1e-5,",
+        ("tests/hf/test_from_hf.py",),
+    ),
 )
 
 
