@@ -10,15 +10,20 @@ from typing import Literal
 import numpy as np
 import polars as pl
 
+from rope_lab.analysis import length_report as lr
 from rope_lab.analysis.query import (
+    BITS_PER_BYTE,
     LOWER_IS_BETTER,
     MEASUREMENT_COLUMNS,
     RUN_COLUMNS,
+    SCALING_FIELD,
     QueryError,
     Source,
     check_columns,
     eval_table,
     label_expr,
+    own_field,
+    trained_expr,
 )
 
 
@@ -107,8 +112,21 @@ def _ratio_name(k: float) -> str:
     return f"loss_ratio_{k:g}x"
 
 
+def _bucket_name(metric: str, bucket: str) -> str:
+    return f"{metric}_{bucket}"
+
+
+def unscaled_expr(columns: Sequence[str]) -> pl.Expr:
+    """Rows of a trial's model as trained and not fine-tuned (`query.trained_expr`; in a frame
+    without the trained-scaling columns, method ``"default"`` counts as trained too)."""
+    as_trained = trained_expr(columns)
+    if own_field(columns, SCALING_FIELD) is None:
+        as_trained = as_trained | (pl.col("method") == "default")
+    return as_trained & (pl.col("finetune_steps").fill_null(0) == 0)
+
+
 def extrapolation_summary(
-    source: Source | pl.DataFrame, *, threshold: float = 0.9, metric: str = "accuracy"
+    source: Source | pl.DataFrame, *, threshold: float = lr.THRESHOLD, metric: str = "accuracy"
 ) -> pl.DataFrame:
     """One row per trial x (method, factor, finetune_steps): how far it extrapolates.
 
@@ -116,8 +134,20 @@ def extrapolation_summary(
     ``longest_length`` = the longest evaluated length L >= train.length such that every
     evaluated length in [train.length, L] keeps ``metric >= threshold * reference`` (for
     loss / perplexity: ``<= reference / threshold``); null without a reference. Then
-    ``longest_ratio = longest_length / train.length`` and ``loss_ratio_{k}x`` = loss at
-    k x train.length / loss at train.length for every evaluated k > 1. Config columns follow.
+    ``longest_ratio = longest_length / train.length``; ``effective_length`` (and
+    ``effective_ratio``), RULER's: the longest evaluated length up to which every evaluated
+    length meets an absolute bar, ``metric >= threshold`` from the shortest length for a
+    score, ``metric <= (the unscaled model's metric at train.length) / threshold`` from
+    train.length for a loss; and ``loss_ratio_{k}x`` = loss at k x train.length / loss at
+    train.length for every evaluated k > 1. Then the source notes' report
+    (`rope_lab.analysis.length_report`, which defines each): ``loss_{bucket}`` (and
+    ``bits_per_byte_{bucket}`` where the rows have bits per byte), the mean over evaluated
+    lengths in the buckets 0-1x, 1-2x, 2-8x and 8x+ train.length (``0_1x``, ``1_2x``,
+    ``2_8x``, ``8x_up``); ``short_context_delta``, ``metric`` minus the unscaled model's at
+    the same lengths, averaged over 0.25-1 x train.length (0 for the unscaled rows
+    themselves; null without such lengths or the trial's unscaled rows); ``largest_jump``, the
+    largest change of ``metric`` between adjacent evaluated lengths, and ``largest_jump_at``,
+    the longer length of that pair. Config columns follow.
     """
     if not 0 < threshold <= 1:
         raise QueryError(f"threshold must be in (0, 1], got {threshold}")
@@ -135,6 +165,9 @@ def extrapolation_summary(
     keys = ["trial_id", "method", "factor", "finetune_steps"]
     at_train = pl.col("length") == pl.col("train.length")
     value = pl.col(metric).cast(pl.Float64)
+    losses = ["loss"]
+    if BITS_PER_BYTE in frame.columns and frame.get_column(BITS_PER_BYTE).is_not_null().any():
+        losses.append(BITS_PER_BYTE)
     ref = value.filter(at_train).first()
     ref_loss = pl.col("loss").filter(at_train).first()
     ks = sorted(
@@ -146,6 +179,7 @@ def extrapolation_summary(
         ref.alias("reference"),
         pl.col("length").alias("_lengths"),
         value.alias("_values"),
+        *[pl.col(m).cast(pl.Float64).alias(f"_{m}") for m in losses],
         *[
             (pl.col("loss").filter(pl.col("length_ratio") == k).first() / ref_loss).alias(
                 _ratio_name(k)
@@ -160,7 +194,11 @@ def extrapolation_summary(
     out = out.with_columns(pl.Series("longest_length", longest, dtype=pl.Int64)).with_columns(
         (pl.col("longest_length") / pl.col("train.length")).alias("longest_ratio")
     )
-    head = [*keys, "label", "train.length", "reference", "longest_length", "longest_ratio"]
+    out, report = _length_report(out, frame, value, losses, threshold=threshold, lower=lower)
+    head = [
+        *keys, "label", "train.length", "reference", "longest_length", "longest_ratio",
+        "effective_length", "effective_ratio",
+    ]  # fmt: skip
     ratios = [_ratio_name(k) for k in ks]
     config = [
         c
@@ -173,10 +211,54 @@ def extrapolation_summary(
         [pl.col(c).first() for c in config if c != "trial_id"]
     )
     return (
-        out.select([*head, *ratios])
+        out.select([*head, *ratios, *report])
         .join(config_rows, on="trial_id", how="left")
         .sort(keys, nulls_last=True)
     )
+
+
+def _length_report(
+    out: pl.DataFrame,
+    frame: pl.DataFrame,
+    value: pl.Expr,
+    losses: list[str],
+    *,
+    threshold: float,
+    lower: bool,
+) -> tuple[pl.DataFrame, list[str]]:
+    """``out`` with the `length_report` columns of each row, and their names (after the
+    effective length's): buckets of each loss, short_context_delta, largest_jump(_at)."""
+    unscaled: dict[str, dict[int, float | None]] = {}
+    rows = frame.filter(unscaled_expr(frame.columns)).select("trial_id", "length", value)
+    for trial, length, v in rows.iter_rows():
+        unscaled.setdefault(trial, {})[length] = v
+    names = [_bucket_name(m, b) for m in losses for b, _, _ in lr.BUCKETS]
+    columns: dict[str, list] = {
+        c: [] for c in ["effective_length", *names, "short_context_delta", "largest_jump",
+                        "largest_jump_at"]
+    }  # fmt: skip
+    picked = ["trial_id", "train.length", "_lengths", "_values", *[f"_{m}" for m in losses]]
+    for trial, train_length, lengths, values, *loss_values in out.select(picked).iter_rows():
+        base = unscaled.get(trial, {})
+        bar = lr.effective_bar(lower, base.get(train_length), threshold)
+        start = train_length if lower else 0
+        columns["effective_length"].append(
+            lr.effective_length(lengths, values, bar=bar, lower=lower, start=start)
+        )
+        for m, vs in zip(losses, loss_values, strict=True):
+            for b, mean in lr.bucket_means(lengths, vs, train_length).items():
+                columns[_bucket_name(m, b)].append(mean)
+        columns["short_context_delta"].append(
+            lr.short_context_delta(lengths, values, base, train_length)
+        )
+        jump, at = lr.largest_jump(lengths, values)
+        columns["largest_jump"].append(jump)
+        columns["largest_jump_at"].append(at)
+    types = {"effective_length": pl.Int64, "largest_jump_at": pl.Int64}
+    out = out.with_columns(
+        pl.Series(c, v, dtype=types.get(c, pl.Float64)) for c, v in columns.items()
+    ).with_columns((pl.col("effective_length") / pl.col("train.length")).alias("effective_ratio"))
+    return out, [c for c in columns if c != "effective_length"]
 
 
 def _longest(

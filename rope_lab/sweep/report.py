@@ -47,7 +47,9 @@ def summary_frame(run_dir: Path, *, threshold: float = THRESHOLD) -> pl.DataFram
     and at the longest evaluated length (`@longest`), that length (`longest_evaluated`), and
     `longest_kept`: the longest length up to which every evaluated length keeps `threshold` x
     the L_train value (loss: at most the L_train loss / `threshold`), i.e. how far the model
-    extrapolates (`query.extrapolation_summary`'s `longest_length`)."""
+    extrapolates (`query.extrapolation_summary`'s `longest_length`), and `effective_length`,
+    RULER's: the longest length up to which every evaluated length meets an absolute bar
+    (accuracy >= `threshold` from the shortest length; loss: the same bar as longest_kept)."""
     from rope_lab.analysis import query as q
 
     res = load(run_dir)
@@ -78,7 +80,7 @@ def summary_frame(run_dir: Path, *, threshold: float = THRESHOLD) -> pl.DataFram
             )
         )
         kept = q.extrapolation_summary(rows, threshold=threshold, metric=metric).select(
-            "trial_id", pl.col("longest_length").alias("longest_kept")
+            "trial_id", pl.col("longest_length").alias("longest_kept"), "effective_length"
         )
         per_trial.append(at.join(kept, on="trial_id", how="left"))
     evals = (
@@ -92,6 +94,7 @@ def summary_frame(run_dir: Path, *, threshold: float = THRESHOLD) -> pl.DataFram
                 "@longest": pl.Float64,
                 "longest_evaluated": pl.Int64,
                 "longest_kept": pl.Int64,
+                "effective_length": pl.Int64,
             }
         )
     )
@@ -114,7 +117,9 @@ def summary_table(run_dir: Path, *, threshold: float = THRESHOLD) -> str:
         "other language-model tasks, accuracy otherwise, as trained (no scaling, no "
         "fine-tuning); @L_train / @longest: at the training length / at longest_evaluated; "
         f"longest_kept: longest length up to which every evaluated length keeps >= "
-        f"{threshold:.0%} of the L_train value (loss: <= L_train loss / {threshold:g})"
+        f"{threshold:.0%} of the L_train value (loss: <= L_train loss / {threshold:g}); "
+        f"effective_length (RULER's): longest length up to which every evaluated length has "
+        f"accuracy >= {threshold:g} (loss: as longest_kept)"
     )
     with pl.Config(**_TABLE_CONFIG):  # type: ignore[arg-type]
         return f"{table}\n{legend}"

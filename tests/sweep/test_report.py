@@ -87,7 +87,7 @@ def test_summary_reads_each_task_by_its_metric_and_names_lengths_honestly(run: P
     frame = summary_frame(run)
     assert frame.columns == [
         "trial_id", "status", "wall_time_s", "n_params", "final_loss", "metric", "@L_train",
-        "@longest", "longest_evaluated", "longest_kept",
+        "@longest", "longest_evaluated", "longest_kept", "effective_length",
     ]  # fmt: skip
     rows = {r["trial_id"]: r for r in frame.iter_rows(named=True)}
     assert {k: rows["lm"][k] for k in frame.columns[5:]} == {
@@ -96,6 +96,7 @@ def test_summary_reads_each_task_by_its_metric_and_names_lengths_honestly(run: P
         "@longest": 3.0,
         "longest_evaluated": 64,
         "longest_kept": 32,
+        "effective_length": 32,  # a loss: the bar is longest_kept's (2.2 <= 2.0 / 0.9, 3.0 not)
     }
     assert {k: rows["pk"][k] for k in frame.columns[5:]} == {
         "metric": "accuracy",
@@ -103,6 +104,7 @@ def test_summary_reads_each_task_by_its_metric_and_names_lengths_honestly(run: P
         "@longest": 0.95,
         "longest_evaluated": 64,
         "longest_kept": 16,
+        "effective_length": 16,  # accuracy 1.0 at 16 >= 0.9, 0.8 at 32 not
     }
     assert rows["pk-div"]["status"] == "diverged" and rows["pk-div"]["metric"] is None
 
@@ -122,18 +124,34 @@ def test_summary_reads_a_text_model_by_bits_per_byte(tmp_path: Path) -> None:
     assert (row["longest_evaluated"], row["longest_kept"]) == (64, 32)
 
 
+def test_effective_length_is_an_absolute_bar_from_the_shortest_length(tmp_path: Path) -> None:
+    """Accuracy 0.8 at 8, 0.95 at L_train 16, 0.9 at 32, 0.86 at 64: longest_kept (>= 0.9 x
+    0.95 = 0.855 from 16 on) reaches 64; the effective length (>= 0.9 at every length from 8)
+    has none, since 8 misses the bar; without the row at 8 it is 32 (0.86 < 0.9)."""
+    run = tmp_path / "runs" / "pk"
+    evals = [("none", 1.0, 0, n, 0.1, a) for n, a in ((8, 0.8), (16, 0.95), (32, 0.9), (64, 0.86))]
+    _trial(run, "pk", "passkey", "done", evals)
+    _trial(run, "pk-long", "passkey", "done", evals[1:])
+    rows = {r["trial_id"]: r for r in summary_frame(run).iter_rows(named=True)}
+    assert (rows["pk"]["longest_kept"], rows["pk"]["effective_length"]) == (64, None)
+    assert (rows["pk-long"]["longest_kept"], rows["pk-long"]["effective_length"]) == (64, 32)
+
+
 def test_summary_table_text(run: Path) -> None:
     lines = summary_table(run).splitlines()
     header = next(line for line in lines if "trial_id" in line)
     names = [c.strip() for c in header.strip("│ ").split("┆")]
-    assert names[5:] == ["metric", "@L_train", "@longest", "longest_evaluated", "longest_kept"]
+    assert names[5:] == [
+        "metric", "@L_train", "@longest", "longest_evaluated", "longest_kept", "effective_length"
+    ]  # fmt: skip
     assert "max_len" not in "\n".join(lines)
     assert lines[-1] == (
         "metric: bits_per_byte for text language models (loss where a row lacks it), loss for "
         "other language-model tasks, accuracy otherwise, as trained (no scaling, no "
         "fine-tuning); @L_train / @longest: at the training length / at longest_evaluated; "
         "longest_kept: longest length up to which every evaluated length keeps >= 90% of the "
-        "L_train value (loss: <= L_train loss / 0.9)"
+        "L_train value (loss: <= L_train loss / 0.9); effective_length (RULER's): longest "
+        "length up to which every evaluated length has accuracy >= 0.9 (loss: as longest_kept)"
     )
 
 

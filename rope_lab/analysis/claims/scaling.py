@@ -22,9 +22,12 @@ from rope_lab.analysis.claims.base import (
     per_seed,
 )
 from rope_lab.analysis.claims.measures import loss_past_train, ratio_at_most, ratios
+from rope_lab.analysis.curve_labels import TEMPERATURE
+from rope_lab.analysis.length_report import SHORT_RATIOS, short_context_delta
 
 ROPE = "rope"
 EXACT_TOLERANCE = 1e-6  # nats: float32 forwards of identical frequencies agree to ~1e-7
+SHORT_CONTEXT_TOLERANCE = 0.05  # nats of loss a method may add at 0.25-1 x L_train
 ZERO_SHOT_BETTER = ("dynamic", "yarn", "ntk")
 ZERO_SHOT_WORSE = ("direct", "linear")
 
@@ -56,6 +59,11 @@ def _factor_for(factors: list[float], ratio: float) -> float | None:
         return None
     fitting = [f for f in factors if f <= ratio + 1e-9]
     return max(fitting) if fitting else min(factors)
+
+
+def _mean_of(name: str) -> Stat:
+    """The statistic mean(``name`` arm)."""
+    return lambda m: m[name]
 
 
 def smallest_gap(worse: Sequence[str], better: Sequence[str]) -> Stat:
@@ -273,6 +281,81 @@ def pi_finetune_beats_control(ev: Evidence, meta: Claim) -> list[Verdict]:
             arms = {"control": per_seed(ctl), "linear": per_seed(pi)}
             out.append(
                 judge_gap(ev, meta, f"{task}: x{factor:g} @ {ratio:g}x", arms, "control", "linear")
+            )
+    return out
+
+
+@claim(
+    "method_keeps_short_context",
+    statement=f"a zero-shot RoPE scaling keeps the model's short-context quality: its loss at "
+    f"{SHORT_RATIOS[0]:g}-{SHORT_RATIOS[1]:g} x L_train exceeds the unscaled model's at the "
+    f"same lengths by less than {SHORT_CONTEXT_TOLERANCE} nats (effect = mean over those "
+    "lengths of loss(method) - loss(as trained), per method and factor)",
+    source="the source notes (004_3fef522a1d9c2040.txt, section 12: short-context regression "
+    "of each extension method); Chen et al. 2023 (position interpolation costs loss inside the "
+    "original window); Peng et al. 2023 (YaRN, dynamic scaling leaves it unchanged)",
+    order=150,
+)
+def method_keeps_short_context(ev: Evidence, meta: Claim) -> list[Verdict]:
+    """Per task, method and factor: the per-trial mean of loss(method) - loss(as trained) over
+    the lengths in [0.25, 1] x L_train both have, averaged per seed, < the tolerance."""
+    out = []
+    for task in ev.tasks():
+        rows = ev.eval.filter(
+            (pl.col("task") == task)
+            & (pl.col("variant") == ROPE)
+            & (pl.col("length") >= SHORT_RATIOS[0] * pl.col("train.length"))
+            & (pl.col("length") <= SHORT_RATIOS[1] * pl.col("train.length"))
+        )
+        direct: dict[str, dict[int, float | None]] = {}
+        for trial, length, loss in (
+            rows.filter(_direct_rows())
+            .select("trial_id", "length", pl.col("loss").cast(pl.Float64))
+            .iter_rows()
+        ):
+            direct.setdefault(trial, {})[length] = loss
+        scaled = rows.filter(
+            ~pl.col("trained")
+            & (pl.col("finetune_steps").fill_null(0) == 0)
+            & (pl.col("method") != TEMPERATURE)
+        )
+        pairs = sorted(set(scaled.select("method", "factor").iter_rows()))
+        if not direct or not pairs:
+            out.append(
+                missing(
+                    meta,
+                    task,
+                    f"needs RoPE as trained and under a zero-shot scaling at "
+                    f"{SHORT_RATIOS[0]:g}-{SHORT_RATIOS[1]:g} x L_train",
+                )
+            )
+            continue
+        for method, factor in pairs:
+            per_trial = []
+            one = scaled.filter((pl.col("method") == method) & (pl.col("factor") == factor))
+            for (trial, seed), group in one.group_by("trial_id", "train.seed"):
+                delta = short_context_delta(
+                    group.get_column("length").to_list(),
+                    group.get_column("loss").cast(pl.Float64).to_list(),
+                    direct.get(str(trial), {}),
+                    int(group.get_column("train.length")[0]),
+                )
+                if delta is not None:
+                    per_trial.append({"train.seed": seed, "value": delta})
+            scope = f"{task}: {method} x{factor:g}"
+            if not per_trial:
+                out.append(missing(meta, scope, "no length both it and RoPE as trained have"))
+                continue
+            out.append(
+                judge_arms(
+                    ev,
+                    meta,
+                    scope,
+                    {method: per_seed(pl.DataFrame(per_trial))},
+                    _mean_of(method),
+                    threshold=SHORT_CONTEXT_TOLERANCE,
+                    direction="<",
+                )
             )
     return out
 

@@ -97,3 +97,37 @@ def test_stale_cache_effect_is_full_minus_stale_past_l_train() -> None:
     assert v.effect == pytest.approx(0.25)
     (none,) = judge(evidence(rope_with({})), ["stale_cache_hurts_dynamic"])
     assert none.verdict == "inconclusive" and "eval.decode.protocols" in none.reason
+
+
+def test_method_keeps_short_context_per_method_and_factor() -> None:
+    """Loss minus RoPE as trained at 0.25x, 0.5x and 1x L_train (0.125x and 2x do not count):
+    linear x4 +0.5, +0.3, +0.1 -> 0.3 >= 0.05 on both seeds: fails; dynamic x4 equal: 0,
+    holds; yarn x4 +0.0 on seed 0 and +0.1 on seed 1: 0.05, its interval [0, 0.1]
+    straddles the tolerance. Fine-tuned rows and the temperature stage are not judged."""
+    from rope_lab.analysis.claims.scaling import SHORT_CONTEXT_TOLERANCE
+
+    direct = {0.125: 5.0, 0.25: 2.0, 0.5: 1.2, 1: 1.0, 2: 2.0}
+    rows = []
+    for seed, yarn_gap in ((0, 0.0), (1, 0.1)):
+        rows += trial_rows("rope", seed, direct)
+        methods = {
+            ("linear", 4.0, 0): {0.125: 9.0, 0.25: 2.5, 0.5: 1.5, 1: 1.1, 2: 1.5},
+            ("dynamic", 4.0, 0): {**direct, 2: 1.4},
+            ("yarn", 4.0, 0): {r: v + yarn_gap for r, v in direct.items() if r <= 1},
+            ("linear", 4.0, 50): {0.25: 9.0, 1: 9.0},
+            ("temperature", 1.0, 0): {0.25: 9.0, 1: 9.0},
+        }
+        for (method, factor, ft), curve in methods.items():
+            rows += trial_rows("rope", seed, curve, method=method, factor=factor, finetune=ft)
+    verdicts = by_scope(judge(evidence(rows), ["method_keeps_short_context"]))
+    assert set(verdicts) == {"copy: dynamic x4", "copy: linear x4", "copy: yarn x4"}
+    linear, dynamic, yarn = (verdicts[f"copy: {m} x4"] for m in ("linear", "dynamic", "yarn"))
+    assert linear.effect == pytest.approx(0.3) and linear.verdict == "fails"
+    assert linear.numbers == {"linear": pytest.approx(0.3)} and linear.seeds == 2
+    assert dynamic.effect == 0.0 and dynamic.verdict == "holds"
+    assert yarn.effect == pytest.approx(0.05) and yarn.verdict == "inconclusive"
+    assert (yarn.ci_low, yarn.ci_high) == (pytest.approx(0.0), pytest.approx(0.1))
+    assert "straddles 0.05" in yarn.reason
+    assert linear.threshold == SHORT_CONTEXT_TOLERANCE == 0.05 and linear.direction == "<"
+    (alone,) = judge(evidence(trial_rows("rope", 0, direct)), ["method_keeps_short_context"])
+    assert alone.verdict == "inconclusive" and "zero-shot scaling" in alone.reason
