@@ -19,11 +19,28 @@ and compile k times (a persistent compilation cache, as the sweep runner sets, t
 compiles into disk loads but still traces); the benchmark's sequential side compiles once.
 
 Run: `python -m benchmarks.ensemble [--quick] [--ks 1 4 8] [--steps N] [--repeats N]`.
+
+`--pipeline` instead measures packed seeds as a sweep runs them (`pack_seeds: true`): the train
+stages of k trials of the same model (seeds 0..k-1, `--pipeline-steps` steps, one checkpoint at
+the end, no NTK tracking) through `rope_lab.trial.pipeline`, unpacked (`run_train_stage` per
+trial, one after another: what a one-CPU sweep worker does) against packed (one
+`run_pack_train`). Each side runs in its own Python process with its own empty compilation
+cache (cold: a first sweep), then again in a second process on that cache (warm: a rerun into a
+new folder or a later sweep with the same shapes); timed from the first stage's start to the
+last one's end (imports and process start excluded). The two sides alternate, `--repeats`
+rounds; the ratio column compares the medians of the same run.
+`python -m benchmarks.ensemble --pipeline [--pipeline-ks 4 8] [--pipeline-steps 200]
+[--pipeline-repeats 2] [--no-record]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -125,6 +142,128 @@ class Ensemble:
         return time.perf_counter() - start
 
 
+def pipeline_trials(k: int, steps: int) -> list[TrialConfig]:
+    """The benchmarked trial (`bench_trial`) at seeds 0..k-1, `steps` steps, NTK off."""
+    cfg = replace(
+        bench_trial(),
+        **{"train.steps": steps, "train.log_every": 10, "ntk.enabled": False},
+    )
+    return [replace(cfg, **{"train.seed": s}) for s in range(k)]
+
+
+def pipeline_worker(mode: str, k: int, steps: int, run_dir: str) -> dict:
+    """One side of `--pipeline` in this process: the k train stages unpacked or packed."""
+    from rope_lab.config import to_dict
+    from rope_lab.trial.pipeline import run_pack_train, run_train_stage
+
+    configs = [to_dict(t) for t in pipeline_trials(k, steps)]
+    start = time.perf_counter()
+    if mode == "packed":
+        results = list(run_pack_train(configs, run_dir)["members"].values())
+    else:
+        results = [run_train_stage(c, run_dir) for c in configs]
+    wall = time.perf_counter() - start
+    bad = [r for r in results if r["status"] != "done"]
+    if bad:
+        raise RuntimeError(f"{mode}: {bad[0].get('error', bad[0]['status'])}")
+    compile_s = sum(sum(p["compile_s"] for p in r["phases"].values()) for r in results)
+    if mode == "packed":  # every member carries the whole task's phases
+        compile_s /= len(results)
+    losses = [r["final_loss"] for r in results]
+    return {"wall_s": wall, "compile_s": compile_s, "final_loss": losses}
+
+
+def _run_worker(mode: str, k: int, steps: int, cache: str) -> dict:
+    with tempfile.TemporaryDirectory(prefix="bench_pack_") as run_dir:
+        env = {**os.environ, "ROPE_LAB_COMPILE_CACHE": cache}
+        cmd = [sys.executable, "-m", "benchmarks.ensemble", "--pipeline-worker", mode]
+        cmd += ["--pipeline-ks", str(k), "--pipeline-steps", str(steps), "--run-dir", run_dir]
+        out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
+
+
+def pipeline_main(ks: list[int], steps: int, repeats: int, record_it: bool) -> None:
+    """Packed against unpacked train stages through the pipeline, cold and warm (module doc)."""
+    cfg = bench_trial()
+    tokens = cfg.train.batch_size * cfg.train.length * steps  # per trial
+    rows = []
+    for k in ks:
+        runs: dict[tuple[str, str], list[dict]] = {}
+        for r in range(repeats):
+            order = ("unpacked", "packed") if r % 2 == 0 else ("packed", "unpacked")
+            for mode in order:
+                with tempfile.TemporaryDirectory(prefix="bench_pack_cache_") as cache:
+                    for cache_state in ("cold", "warm"):
+                        runs.setdefault((mode, cache_state), []).append(
+                            _run_worker(mode, k, steps, cache)
+                        )
+        for mode in ("unpacked", "packed"):  # the same numbers, to float rounding
+            losses = [x["final_loss"] for x in runs[(mode, "cold")]]
+            print(mode, k, "final losses", losses[0])
+        for cache_state in ("cold", "warm"):
+            walls = {
+                m: median([x["wall_s"] for x in runs[(m, cache_state)]])
+                for m in ("unpacked", "packed")
+            }
+            comp = {
+                m: median([x["compile_s"] for x in runs[(m, cache_state)]])
+                for m in ("unpacked", "packed")
+            }
+            rate = {m: k * tokens / walls[m] for m in walls}
+            paired = zip(
+                runs[("unpacked", cache_state)], runs[("packed", cache_state)], strict=True
+            )
+            each = " / ".join(f"{u['wall_s'] / p['wall_s']:.2f}" for u, p in paired)
+            rows.append(
+                [
+                    k,
+                    cache_state,
+                    walls["unpacked"],
+                    walls["packed"],
+                    rate["unpacked"],
+                    rate["packed"],
+                    rate["packed"] / rate["unpacked"],
+                    each,
+                    comp["unpacked"],
+                    comp["packed"],
+                ]
+            )
+    header = [
+        "k",
+        "compile cache",
+        "unpacked wall (s)",
+        "packed wall (s)",
+        "unpacked train tok/s",
+        "packed train tok/s",
+        "packed / unpacked",
+        "each round",
+        "unpacked compile (s)",
+        "packed compile (s)",
+    ]
+    table = markdown_table(header, rows)
+    notes = (
+        f"k train stages of the benchmarked trial (width 64, depth 2, RoPE, passkey, L 64, "
+        f"batch 16; seeds 0..k-1; {steps} steps, one checkpoint at the end, no NTK tracking) "
+        "through `rope_lab.trial.pipeline`, on "
+        f"{jax.default_backend()}: unpacked = `run_train_stage` of each trial one after "
+        "another in one process; packed = one `run_pack_train` (one vmapped program). Wall from "
+        "the first stage's start to the last one's end, including checkpoints, model files and "
+        "compilation; tokens/s = k x steps x batch x L / wall. Each side in its own process "
+        "with an empty compilation cache (cold), then a second process on that cache (warm). "
+        f"Median of {repeats} rounds, sides alternating (each round: that round's ratio); "
+        "compile = summed JAX compile seconds "
+        "(`Phases`). Single numbers vary with the shared machine's load; the ratio compares "
+        "medians of the same run."
+    )
+    if not record_it:
+        print(table)
+        print(notes)
+        return
+    record(
+        "Packed seeds: k train stages packed vs unpacked through the pipeline", table, notes=notes
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     """Parse arguments, measure every k interleaved, print and record the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -133,7 +272,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=5, help="interleaved measurements")
     parser.add_argument("--quick", action="store_true", help="k 1 and 4, 3 steps, no record")
     parser.add_argument("--no-record", action="store_true", help="print, don't append RESULTS.md")
+    parser.add_argument(
+        "--pipeline", action="store_true", help="packed vs unpacked train stages (module doc)"
+    )
+    parser.add_argument("--pipeline-ks", type=int, nargs="+", default=[4, 8])
+    parser.add_argument("--pipeline-steps", type=int, default=200)
+    parser.add_argument("--pipeline-repeats", type=int, default=2)
+    parser.add_argument("--pipeline-worker", choices=["packed", "unpacked"], help=argparse.SUPPRESS)
+    parser.add_argument("--run-dir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.pipeline_worker:
+        result = pipeline_worker(
+            args.pipeline_worker, args.pipeline_ks[0], args.pipeline_steps, args.run_dir
+        )
+        print(json.dumps(result))
+        return
+    if args.pipeline:
+        pipeline_main(
+            args.pipeline_ks, args.pipeline_steps, args.pipeline_repeats, not args.no_record
+        )
+        return
     if args.quick:
         args.ks, args.steps, args.repeats = [1, 4], 3, 2
 
