@@ -185,7 +185,7 @@ class ModelConfig:
         """Dimension of each head: `head_dim` when `heads` is set too, else width // heads."""
         if self.heads is not None and self.head_dim is not None:
             return self.head_dim
-        return self.width // self.n_heads
+        return self.width // max(self.n_heads, 1)  # no heads: a family without attention
 
     @property
     def n_kv_heads(self) -> int:
