@@ -203,6 +203,7 @@ def test_heads_of_their_own_size():
     assert np.isfinite(np.asarray(forward(model, _tokens()))).all()
 
 
+@pytest.mark.slow  # ~26 s of brute-force Jacobians
 def test_ntk_of_a_grouped_query_model_with_biases_equals_the_jacobian():
     """The empirical NTK sees the kv heads' weights and the biases (brute-force jacrev)."""
     trial = validate(
