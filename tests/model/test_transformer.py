@@ -87,6 +87,7 @@ def test_reference_query_blocks_equal_full_attention(kind, length, monkeypatch):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6 * max(1.0, float(np.abs(b).max())))
 
 
+@pytest.mark.slow  # ~27 s on 2 cores
 def test_jacobian_rows_equal_single_output_gradients():
     """`jax.jacrev` of all (L, V) logits (a vmapped transpose, as the NTK's multi-output
     features take it) gives each output's own gradient (one `jax.vjp` per output). It did not

@@ -28,6 +28,7 @@ def test_default_steps_are_log_spaced_plus_last():
     assert ntk_steps(replace(cfg, **{"ntk.steps": (5, 0)})) == (0, 5)
 
 
+@pytest.mark.slow  # ~20 s on 2 cores
 def test_tracker_rows_and_drift():
     cfg = _cfg("learned")
     model = make_model(cfg)
@@ -135,6 +136,7 @@ def test_rows_under_scalings_are_the_registered_scaled_metrics(monkeypatch):
         Metric(lambda k: 1.0, "cross", False, drift=True)
 
 
+@pytest.mark.slow  # ~27 s on 2 cores
 def test_train_stage_writes_ntk_table_and_resumes(tmp_path):
     cfg = replace(_cfg("rope"), **{"train.checkpoint_every": 2})
     result = run_train_stage(to_dict(cfg), str(tmp_path))

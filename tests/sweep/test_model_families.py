@@ -3,6 +3,7 @@ Transformer: eval rows, NTK rows of its own parameter groups, its label and rece
 the trials table and in `sweep plan`."""
 
 import polars as pl
+import pytest
 
 from rope_lab.analysis.query import eval_table
 from rope_lab.results import load
@@ -15,6 +16,7 @@ from tests.tasks.common import task_module
 CNN = {"family": "cnn", "cnn": {"kernel_size": 2, "dilations": [1, 2]}}
 
 
+@pytest.mark.slow  # ~21 s on 2 cores
 def test_a_cnn_runs_through_the_sweep_with_ntk_tracking(tmp_path):
     """Width 16, depth 2 (receptive field 4), L_train 8, 2 steps, on passkey and on a text
     (one vocabulary, so the two trials share their compiled programs); the spec's eval

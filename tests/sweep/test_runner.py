@@ -17,6 +17,7 @@ def _table_counts(run_dir):
     return {name: res.table(name).collect().height for name in ("trials", "train", "eval")}
 
 
+@pytest.mark.slow  # ~21 s on 2 cores
 def test_serial_sweep_tables_checkpoints_and_rerun(tiny_spec, tmp_path):
     spec = load_spec(tiny_spec)
     out = tmp_path / "runs"

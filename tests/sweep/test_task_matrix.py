@@ -19,6 +19,7 @@ VOCAB = 256
 @pytest.mark.parametrize(
     "pad", [pytest.param(False, marks=pytest.mark.slow), True], ids=["unpadded", "padded"]
 )
+@pytest.mark.slow  # 17-39 s a task on 2 cores; every task's sweep runs in the slow suite
 @pytest.mark.parametrize("task", TASKS.names())
 def test_every_task_runs_through_the_sweep_with_ntk_tracking(task, pad, tmp_path):
     """A fresh corpus file per run, so no device copy is cached before the sweep's first draw."""

@@ -150,6 +150,7 @@ RSS_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # ~20 s on 2 cores
 def test_training_on_a_file_larger_than_the_memory_growth_it_may_use(tmp_path) -> None:
     """A 4 GiB train.bin (2**31 uint16 tokens; sparse, so it costs no disk): a whole 40-step
     trial, compilation included, grows the process' peak resident set by less than a quarter of

@@ -87,6 +87,7 @@ def test_decode_exact_match_equals_teacher_forced_exact_match():
     assert forced.sum() >= 6
 
 
+@pytest.mark.slow  # ~19 s on 2 cores
 def test_rows_carry_the_mode_and_protocol():
     cfg = validate(
         replace(
@@ -134,6 +135,7 @@ def test_decode_needs_an_answer_at_the_end():
         validate(cfg)
 
 
+@pytest.mark.slow  # ~18 s on 2 cores
 def test_decode_reads_the_sequences_teacher_forcing_reads():
     """Under a scaling that does not depend on the length the rows are decoded once (protocol
     `any`), from the same sequences as `evaluate_model`: the exact match of each length equals

@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -102,6 +103,7 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # ~25 s on 2 cores
 def test_sharded_parameters_train_as_one_device_with_a_quarter_of_the_memory(tmp_path):
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])

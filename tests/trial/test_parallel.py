@@ -82,6 +82,7 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # ~24 s on 2 cores
 def test_two_devices_match_one_device_and_split_the_batch(tmp_path):
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])

@@ -352,6 +352,7 @@ def test_training_moves_the_rows_the_counts_reach():
     np.testing.assert_array_equal(trained[17:], 0.0)  # rows no count can reach
 
 
+@pytest.mark.slow  # ~29 s on 2 cores
 def test_ntk_matches_the_brute_force_jacobian():
     """sequence_kernel of a CoPE model equals the brute-force kernel from jax.jacrev over all
     parameters, CoPE's table included: F(x) = sum_i logits_i / sqrt(V) ("trace")."""
