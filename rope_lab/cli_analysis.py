@@ -63,7 +63,7 @@ def load_table(run_dirs: list[Path], table: str, *, buckets: bool = False) -> An
 
     res = q.results_of(run_dirs)
     if table == "eval":
-        return q.eval_table(res, whole_sequence=not buckets, mode="all")
+        return q.eval_table(res, whole_sequence=not buckets, mode="all", depths=None)
     if table == "ntk":
         return q.ntk_table(res, kernel=None)  # the NTK's rows and the NNGP's
     if table == "train":

@@ -197,7 +197,11 @@ EVAL_MODES: Final = ("teacher_forced", "decode", "all")
 
 
 def eval_table(
-    source: Source, *, whole_sequence: bool = True, mode: str = "teacher_forced"
+    source: Source,
+    *,
+    whole_sequence: bool = True,
+    mode: str = "teacher_forced",
+    depths: bool | None = False,
 ) -> pl.DataFrame:
     """Eval rows joined with their trial config, plus ``length_ratio`` and ``label``.
 
@@ -205,6 +209,9 @@ def eval_table(
     bucket rows too (``position_bucket`` = bucket start, null for the whole sequence).
     ``mode``: the teacher-forced rows (``mode`` null; what every figure and claim reads), the
     rows of answers generated with a cache (``"decode"``, with their ``protocol``), or ``"all"``.
+    ``depths``: False, the rows of the task as sampled (``depth`` null: what every figure and
+    claim reads); True, only the rows at a set needle depth (``eval.depths``; a length x depth
+    table is ``pivot(on="depth", index="length", values="accuracy")``); None, both.
     """
     if mode not in EVAL_MODES:
         raise QueryError(f"unknown eval mode {mode!r}; allowed: {', '.join(EVAL_MODES)}")
@@ -212,6 +219,9 @@ def eval_table(
     lf = res.eval_with_config
     if whole_sequence:
         lf = lf.filter(pl.col("position_bucket").is_null())
+    if depths is not None:
+        at_depth = pl.col("depth").is_not_null()
+        lf = lf.filter(at_depth if depths else ~at_depth)
     if mode != "all":
         decoded = pl.col("mode").fill_null("teacher_forced") == "decode"
         lf = lf.filter(decoded if mode == "decode" else ~decoded)

@@ -42,6 +42,7 @@ EVAL_SCHEMA: Final = pl.Schema(
         "sequences_per_forward": pl.Int64(),  # eval batch split to fit eval.memory_budget_mb
         "mode": pl.String(),  # null: teacher forced; "decode": answers generated (decode_eval)
         "protocol": pl.String(),  # decode rows: the cache protocol (decode.PROTOCOLS)
+        "depth": pl.Float64(),  # null; eval.depths: the needle's relative depth (whole rows)
     }
 )
 

@@ -60,6 +60,7 @@ def summary_frame(run_dir: Path, *, threshold: float = THRESHOLD) -> pl.DataFram
     base = res.eval_with_config.filter(
         pl.col("position_bucket").is_null()
         & pl.col("mode").is_null()
+        & pl.col("depth").is_null()
         & (pl.col("finetune_steps").fill_null(0) == 0)
         & q.trained_expr(columns)
     ).collect()

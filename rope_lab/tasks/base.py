@@ -134,6 +134,9 @@ class TaskParams:
     default_metric: ClassVar[str] = "accuracy"  # what tables and plots read without --metric
     # every sequence's scored targets are one answer at its end (decode evaluation applies)
     answer_at_end: ClassVar[bool] = False
+    # a `depth` parameter places the answer's evidence at a relative depth of the context, and
+    # `eval.depths` evaluates the trained model at each of a grid of them (`Task.at_depth`)
+    has_depth: ClassVar[bool] = False
     task_class: ClassVar[type[Task]]
 
     @classmethod
@@ -240,6 +243,13 @@ class Task(abc.ABC):
         (``lm_tokens``: the (B, L + 1) windows of a memory-mapped file, a function of (seed,
         step) only); ``_sample`` reads them in place of :meth:`operands`."""
         raise NotImplementedError(f"{self.name} samples on the device from operands('train')")
+
+    def at_depth(self, depth: float) -> Self:
+        """This task with its evidence at relative depth ``depth`` in [0, 1] (a task that
+        ``has_depth``: its ``depth`` parameter replaced); ValueError for any other task."""
+        if not getattr(self, "has_depth", False):
+            raise ValueError(f"{self.name}: has no depth to set")
+        return dataclasses.replace(self, depth=float(depth))  # type: ignore[call-arg]
 
     def token_bytes(self) -> np.ndarray | None:
         """Bytes of text each token id stands for (V,), for tasks whose tokens are text (the

@@ -67,6 +67,27 @@ def check_trial(cfg: TrialConfig) -> None:
             raise ConfigError(f"{key_path}: length {length} does not fit the task: {err}") from None
     _check_text_protocol(cfg)
     _check_decode(cfg)
+    _check_depths(cfg, task)
+
+
+def _check_depths(cfg: TrialConfig, task: Task) -> None:
+    """`eval.depths` only for a task with a needle depth, which fits every evaluated length at
+    each depth."""
+    depths = cfg.eval.depths
+    if not depths:
+        return
+    if not registry.TASKS[cfg.task.name].has_depth:
+        allowed = [n for n in registry.TASKS.names() if registry.TASKS[n].has_depth]
+        raise ConfigError(
+            f"eval.depths: task {cfg.task.name!r} has no needle depth; depths apply to "
+            f"{', '.join(allowed)}"
+        )
+    for depth in depths:
+        for length in cfg.eval_lengths:
+            try:
+                task.at_depth(depth).validate(length, "eval")
+            except ValueError as err:
+                raise ConfigError(f"eval.depths: depth {depth} at length {length}: {err}") from None
 
 
 def _check_decode(cfg: TrialConfig) -> None:

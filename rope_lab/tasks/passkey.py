@@ -33,6 +33,7 @@ class PasskeyParams(TaskParams):
     display_name: ClassVar[str] = "passkey"
     order: ClassVar[int] = 0
     answer_at_end: ClassVar[bool] = True
+    has_depth: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)

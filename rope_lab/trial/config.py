@@ -98,6 +98,11 @@ class EvalConfig:
     `zero_shot_temperature`: also evaluate every model (any encoding) with its attention logits
     multiplied by max(1, log L / log L_train) at length L (the entropy-invariance argument), as
     a zero-shot stage of its own next to the RoPE scalings.
+    `depths`: for a task with a needle depth (`has_depth`: `niah`, `passkey`), also evaluate
+    every length with the needle at each of these relative depths in [0, 1] (0: the start of
+    the context, 1: its end), one whole-sequence row per (length, depth) with its `depth`
+    (the task's own rows, depth null, stay as they are); the same trained model at every
+    depth, so a length x depth table needs no retraining.
     """
 
     length_multipliers: tuple[float, ...] = (0.25, 0.5, 1.0, 1.5, 2.0, 4.0, 8.0, 16.0)
@@ -117,6 +122,7 @@ class EvalConfig:
     pad_to_longest: bool = False
     memory_budget_mb: float = 4096.0
     zero_shot_temperature: bool = False
+    depths: tuple[float, ...] = ()
     text_protocol: str = "random"
     text_stride: int | None = None
     decode: DecodeConfig = DecodeConfig()
@@ -221,3 +227,8 @@ def check_eval(cfg: TrialConfig) -> None:
     for i, factor in enumerate(ev.factors):
         if factor < 1:
             raise ConfigError(f"eval.factors[{i}]: factor must be >= 1, got {factor!r}")
+    for i, depth in enumerate(ev.depths):
+        if not 0 <= depth <= 1:
+            raise ConfigError(f"eval.depths[{i}]: must be in [0, 1], got {depth!r}")
+    if len(set(ev.depths)) != len(ev.depths):
+        raise ConfigError(f"eval.depths: listed twice in {list(ev.depths)}")

@@ -12,7 +12,8 @@ config samples, pads and splits them), compute the metric sums (`metric_sums`), 
 Rows are plain dicts with the `eval` table's columns: step, method, factor, finetune_steps,
 length, loss, perplexity, accuracy, exact_match, bits_per_byte (text tasks: nats per token x
 tokens / bytes of the scored tokens / ln 2; None otherwise), position_bucket (None for whole
-sequences), sequences_per_forward (the evaluation batch is split to fit
+sequences), depth (with `eval.depths`: the needle's relative depth of a whole-sequence row;
+absent otherwise), sequences_per_forward (the evaluation batch is split to fit
 `eval.memory_budget_mb`).
 """
 
@@ -82,6 +83,21 @@ def evaluate_model(
             batches = draw_batches(task, cfg, length, key=jax.random.fold_in(key, length))
             sums = metric_sums(scaled, batches)
             rows += rows_for_length(sums, length, cfg.eval.position_buckets, labels)
+            rows += depth_rows(scaled, task, cfg, length, labels, key=key)
+    return rows
+
+
+def depth_rows(
+    model: Transformer, task: Task, cfg: TrialConfig, length: int, labels: dict, *, key
+) -> list[dict]:
+    """One whole-sequence row per depth of `eval.depths` at `length`, carrying its `depth`:
+    the task with its needle at that depth (`Task.at_depth`), drawn from the length's key at
+    every depth (the same haystacks, keys and values: only the needle moves)."""
+    rows: list[dict] = []
+    for depth in cfg.eval.depths:
+        at = task.at_depth(depth)
+        batches = draw_batches(at, cfg, length, key=jax.random.fold_in(key, length))
+        rows += rows_for_length(metric_sums(model, batches), length, 0, {**labels, "depth": depth})
     return rows
 
 
@@ -377,7 +393,7 @@ def extrapolation_summary(rows: Sequence[dict], train_length: int, threshold: fl
 
     from rope_lab.analysis import query
 
-    whole = [r for r in rows if r["position_bucket"] is None]
+    whole = [r for r in rows if r["position_bucket"] is None and r.get("depth") is None]
     if not whole:
         return []
     keys = ("method", "factor", "finetune_steps")
@@ -406,8 +422,9 @@ def extrapolation_summary(rows: Sequence[dict], train_length: int, threshold: fl
 
 
 def format_table(rows: Sequence[dict], metric: str = "accuracy") -> str:
-    """Text table: one line per (method, factor, finetune_steps), one column per length."""
-    whole = [r for r in rows if r["position_bucket"] is None]
+    """Text table: one line per (method, factor, finetune_steps), one column per length (the
+    rows at a set depth, `eval.depths`, left out)."""
+    whole = [r for r in rows if r["position_bucket"] is None and r.get("depth") is None]
     lengths = sorted({r["length"] for r in whole})
     keys: list[tuple] = []
     cells: dict[tuple, dict[int, float]] = {}

@@ -77,10 +77,20 @@ class Stage:
         return self.kind == TRAIN
 
 
+# Reading fields added after stages were first keyed, with the value they had before: left
+# out of the key at that value, so existing stages keep their names.
+UNKEYED_DEFAULTS: Final[Mapping[str, object]] = {"depths": []}
+
+
 def reading(cfg: TrialConfig) -> dict:
-    """The `READING_FIELDS` of the eval config, as plain data."""
+    """The `READING_FIELDS` of the eval config, as plain data (a field of `UNKEYED_DEFAULTS`
+    only off that value)."""
     ev = to_dict(cfg.eval)
-    return {name: ev[name] for name in READING_FIELDS}
+    return {
+        name: ev[name]
+        for name in READING_FIELDS
+        if name not in UNKEYED_DEFAULTS or ev[name] != UNKEYED_DEFAULTS[name]
+    }
 
 
 def _hash(data: dict, n: int = 8) -> str:

@@ -155,6 +155,7 @@ OTHER_EVAL = {
     "pad_to_longest": True,
     "memory_budget_mb": 1.0,
     "zero_shot_temperature": False,
+    "depths": (0.5,),
     "text_protocol": "nonoverlapping",
     "text_stride": 4,
     "decode": DecodeConfig(protocols=("per_step_full",)),
