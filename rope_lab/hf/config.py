@@ -40,6 +40,10 @@ _ROPE_PARAMS = {
     "llama3": ("low_freq_factor", "high_freq_factor"),
     "longrope": ("short_factor", "long_factor", "attention_factor"),
 }
+# rope_lab methods that Hugging Face computes under another rope_type: (rope_type, the fixed
+# rope_parameters that make it so). transformers 5.24.0's yarn takes an explicit
+# `attention_factor` as is (`_compute_yarn_parameters`), so 1.0 leaves YaRN's frequencies alone.
+HF_FORMS = {"ntk_by_parts": ("yarn", {"attention_factor": 1.0})}
 # rope_parameters keys that are not a method's parameters
 _ROPE_KEYS = {"rope_type", "type", "rope_theta", "factor", "original_max_position_embeddings",
               "partial_rotary_factor"}  # fmt: skip
@@ -195,23 +199,65 @@ def _plain(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
+def hf_rope_parameters(
+    kind: str,
+    *,
+    theta: float,
+    factor: float,
+    train_length: int,
+    params: dict[str, Any] | None = None,
+    partial_rotary_factor: float = 1.0,
+) -> tuple[dict[str, Any], int]:
+    """Hugging Face's `rope_parameters` and `max_position_embeddings` for rope_lab scaling
+    `kind` at `factor` with training length `train_length` (`rope_lab.model.rope.inv_freq`'s
+    `original_length`); CheckpointError naming the method and why where transformers has no
+    form of it (the method's `not_in_hf`).
+
+    `default`, `linear`, `dynamic`: max_position_embeddings is the training length (HF's
+    dynamic NTK grows from there); `yarn`, `llama3`, `longrope`: the training length is
+    `original_max_position_embeddings` and max_position_embeddings factor x it; `ntk_by_parts`
+    is `yarn` with attention_factor 1.0 (`HF_FORMS`); `proportional` keeps its own
+    `partial_rotary_factor` (HF's head_dim is then the rotary dim).
+    """
+    from rope_lab.registry import SCALINGS
+
+    method = SCALINGS[kind]
+    rope_type, fixed = HF_FORMS.get(kind, (kind, {}))
+    if rope_type not in ROPE_TYPES and rope_type != "proportional":
+        why = method.not_in_hf or "no rope_type of that name"
+        raise CheckpointError(f"scaling {kind!r} has no Hugging Face rope_type: {why}")
+    out: dict[str, Any] = {"rope_type": rope_type, "rope_theta": float(theta)}
+    if rope_type != "default":
+        out["factor"] = float(factor)
+    if rope_type in ("yarn", "llama3", "longrope"):
+        out["original_max_position_embeddings"] = int(train_length)
+    given = {k: v for k, v in (params or {}).items() if v is not None}
+    out.update({k: list(v) if isinstance(v, tuple | list) else v for k, v in given.items()})
+    out.update(fixed)
+    if partial_rotary_factor != 1.0 and rope_type != "proportional":
+        out["partial_rotary_factor"] = float(partial_rotary_factor)
+    stretched = rope_type in ("yarn", "llama3", "longrope")
+    max_pos = max(1, round(factor * train_length)) if stretched else int(train_length)
+    return out, max_pos
+
+
 def hf_config(model: ModelConfig, vocab_size: int, train_length: int) -> dict[str, Any]:
     """A Hugging Face config.json (as a dict) for a rope_lab model: llama, qwen2 (q/k/v
     biases) or qwen3 (QK-norm), mistral (one sliding-window layer kind); CheckpointError
     naming the first field Hugging Face's Llama family cannot express."""
     _exportable(model)
     rope = model.position.options
-    params: dict[str, Any] = {"rope_type": rope.scaling, "rope_theta": rope.theta}
-    if rope.scaling != "default":
-        params["factor"] = rope.factor
-        params["original_max_position_embeddings"] = train_length
-        params.update({k: list(v) if isinstance(v, tuple) else v for k, v in rope.params})
+    params, max_pos = hf_rope_parameters(
+        rope.scaling,
+        theta=rope.theta,
+        factor=rope.factor,
+        train_length=train_length,
+        params=dict(rope.params),
+    )
     model_type = "qwen3" if model.qk_norm else "qwen2" if model.qkv_bias else "llama"
     window = model.layers[0].window if model.layers else None
     if window is not None:
         model_type = "mistral"
-    stretched = rope.scaling not in ("default", "linear", "dynamic")
-    max_pos = round(rope.factor * train_length) if stretched else train_length
     arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
             "qwen3": "Qwen3ForCausalLM", "mistral": "MistralForCausalLM"}[model_type]  # fmt: skip
     out: dict[str, Any] = {
@@ -258,9 +304,18 @@ def _exportable(m: ModelConfig) -> None:
             "(export needs rope)"
         )
     rope = m.position.options
-    if rope.scaling not in ROPE_TYPES:
+    if rope.scaling == "proportional":
         raise CheckpointError(
-            f"model.position.rope.scaling: {rope.scaling!r} has no Hugging Face rope_type"
+            "model.position.rope.scaling: 'proportional' is not exported: its "
+            "partial_rotary_factor would sit in rope_parameters, where the Llama family reads "
+            "the partial rotary of the head"
+        )
+    if rope.scaling not in ROPE_TYPES and rope.scaling not in HF_FORMS:
+        from rope_lab.registry import SCALINGS
+
+        why = SCALINGS[rope.scaling].not_in_hf or "no rope_type of that name"
+        raise CheckpointError(
+            f"model.position.rope.scaling: {rope.scaling!r} has no Hugging Face rope_type ({why})"
         )
     if rope.rotary_fraction != 1.0:
         raise CheckpointError(

@@ -53,6 +53,14 @@ def _trial_dir(tmp_path, kind="rope", **changes):
         ({"model.tie_embeddings": True}, "llama"),
         ({"model.position.rope.scaling": "yarn", "model.position.rope.factor": 4.0}, "llama"),
         ({"model.position.rope.scaling": "dynamic", "model.position.rope.factor": 2.0}, "llama"),
+        (
+            {
+                "model.position.rope.scaling": "ntk_by_parts",
+                "model.position.rope.factor": 4.0,
+                "model.position.rope.params": (("beta_fast", 8.0),),
+            },
+            "llama",
+        ),
         ({"model.qkv_bias": True}, "qwen2"),
         ({"model.qk_norm": True, "model.heads": 2, "model.head_dim": 24}, "qwen3"),
         ({"model.layers": (LayerConfig(window=5),)}, "mistral"),
@@ -83,6 +91,29 @@ def test_export_loads_in_transformers_and_round_trips(tmp_path, changes, model_t
         )
 
 
+def test_ntk_by_parts_exports_as_yarn_with_attention_factor_one(tmp_path):
+    """transformers 5.24.0's yarn takes an explicit attention_factor as is, so YaRN's
+    frequencies without its attention factor are rope_type yarn with attention_factor 1.0;
+    from_hf reads that back as rope_lab's yarn with attention_factor 1.0 (the same model)."""
+    changes = {"model.position.rope.scaling": "ntk_by_parts", "model.position.rope.factor": 4.0}
+    trial_dir, model = _trial_dir(tmp_path, **LLAMA, **changes)
+    out = tmp_path / "hf"
+    assert main(["export", str(trial_dir), "--hf", str(out)]) == 0
+    rope = json.loads((out / "config.json").read_text())["rope_parameters"]
+    assert rope == {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                    "original_max_position_embeddings": 16, "attention_factor": 1.0}  # fmt: skip
+    back = from_hf(out).config.position.options
+    assert (back.scaling, back.factor, dict(back.params)) == (
+        "yarn",
+        4.0,
+        {"attention_factor": 1.0},
+    )
+    ours = model.position
+    theirs = from_hf(out).position
+    np.testing.assert_array_equal(theirs.inv_freq.get(), ours.inv_freq.get())
+    assert float(theirs.attention_factor.get()) == float(ours.attention_factor.get()) == 1.0
+
+
 def test_load_model_reads_a_trial_folder(tmp_path):
     trial_dir, model = _trial_dir(tmp_path, **LLAMA)
     tokens = jnp.arange(10) % 40
@@ -96,6 +127,26 @@ def test_load_model_reads_a_trial_folder(tmp_path):
         ("rope", {**LLAMA, "model.norm": "layernorm"}, r"model.norm: 'layernorm'"),
         ("rope", {**LLAMA, "model.position.rope.rotary_fraction": 0.5}, r"rotary_fraction"),
         ("rope", {**LLAMA, "model.parametrization": "mup"}, r"model.parametrization: 'mup'"),
+        (
+            "rope",
+            {
+                **LLAMA,
+                "model.position.rope.scaling": "dynamic_yarn",
+                "model.position.rope.factor": 4.0,
+            },
+            r"model.position.rope.scaling: 'dynamic_yarn' has no Hugging Face rope_type "
+            r"\(transformers' 'yarn' is static",
+        ),
+        (
+            "rope",
+            {**LLAMA, "model.position.rope.scaling": "ntk", "model.position.rope.factor": 4.0},
+            r"model.position.rope.scaling: 'ntk' has no Hugging Face rope_type \(static NTK-aware",
+        ),
+        (
+            "rope",
+            {**LLAMA, "model.position.rope.scaling": "proportional"},
+            r"model.position.rope.scaling: 'proportional' is not exported",
+        ),
     ],
 )
 def test_export_refuses_what_hugging_face_cannot_express(tmp_path, kind, changes, match, capsys):
