@@ -38,6 +38,8 @@ from rope_lab.model.attention_logits import (
     CONTEXTUAL_NEEDS_REFERENCE,
     block_logits,
     has_contextual,
+    has_remap,
+    remap_choice,
     visibility,
     visible_keys,
 )
@@ -62,38 +64,55 @@ def attend(
 
     `row_scale` (broadcastable to (*B, H, L)) multiplies each query's logits, bias included.
     k and v may have fewer heads (*B, KV, L, Dh), KV dividing H (grouped-query attention).
+    Under a relative-position remap (`encoding.remap_choice`) q and k carry one rotation per
+    position set, (*B, S, H, L, Dh) and (*B, S, KV, L, Dh); each pair's logit comes from its set.
     """
+    remapped = has_remap(encoding, positions)
     has_bias = _has_bias(encoding, positions)
+    heads_shape = (*q.shape[: -4 if remapped else -3], *q.shape[-3:-1])  # (*B, H, L)
     contextual = has_contextual(encoding, q)
-    chosen = choose(implementation, q.shape[-2], q.dtype, has_bias=has_bias, contextual=contextual)
+    chosen = choose(
+        implementation,
+        q.shape[-2],
+        q.dtype,
+        has_bias=has_bias,
+        contextual=contextual,
+        remapped=remapped,
+    )
     if row_scale is not None:
-        row_scale = jnp.broadcast_to(row_scale, q.shape[:-1]).astype(jnp.float32)
+        row_scale = jnp.broadcast_to(row_scale, heads_shape).astype(jnp.float32)
     if chosen == "cudnn":
         if row_scale is not None:  # no bias: scaling the logits is scaling the queries
             q = (q * row_scale[..., None]).astype(q.dtype)
         return fused_attention(q, k, v, scale=scale, window=window, implementation="cudnn")
     k, v = expand_kv(k, q.shape[-3]), expand_kv(v, q.shape[-3])
     one = reference_attention if chosen == "reference" else blocked_attention
-    bias_encoding = encoding if has_bias or contextual else None
+    bias_encoding = encoding if has_bias or contextual or remapped else None
 
     def per_sequence(q, k, v, positions, row_scale):
         return one(
             q, k, v, positions, bias_encoding, scale=scale, window=window, row_scale=row_scale
         )
 
-    for _ in range(q.ndim - 3):
+    for _ in range(len(heads_shape) - 2):
         per_sequence = jax.vmap(per_sequence)
     return per_sequence(q, k, v, positions, row_scale)
 
 
 def choose(
-    implementation: str, length: int, dtype, *, has_bias: bool, contextual: bool = False
+    implementation: str,
+    length: int,
+    dtype,
+    *,
+    has_bias: bool,
+    contextual: bool = False,
+    remapped: bool = False,
 ) -> str:
     """The implementation `auto` resolves to (or `implementation` itself, checked).
 
     A contextual term (`contextual`): reference, at any length. Otherwise GPU: cuDNN where it
-    applies (16-bit operands, no bias), else blocked. TPU: blocked. CPU: reference up to
-    REFERENCE_MAX_LENGTH, blocked beyond.
+    applies (16-bit operands, no bias, no position remap), else blocked. TPU: blocked. CPU:
+    reference up to REFERENCE_MAX_LENGTH, blocked beyond.
     """
     if implementation not in ATTENTION_IMPLEMENTATIONS:
         raise ConfigError(
@@ -108,13 +127,15 @@ def choose(
     if implementation == "cudnn":
         if backend != "gpu":
             raise ConfigError(f"model.attention: cudnn needs a CUDA GPU; the backend is {backend}")
-        if has_bias:
-            raise ConfigError("model.attention: cudnn does not take a position bias; use blocked")
+        if has_bias or remapped:
+            what = "a position bias" if has_bias else "a relative-position remap"
+            raise ConfigError(f"model.attention: cudnn does not take {what}; use blocked")
         return "cudnn"
     if implementation != "auto":
         return implementation
     if backend == "gpu":
-        cudnn_ok = not has_bias and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)
+        plain = not has_bias and not remapped
+        cudnn_ok = plain and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)
         return "cudnn" if cudnn_ok else "blocked"
     if backend == "cpu" and length <= REFERENCE_MAX_LENGTH:
         return "reference"
@@ -151,10 +172,12 @@ def attend_keys(
     """Exact softmax attention of queries against given keys (a decoding cache, keys in sequence
     order) with an explicit visibility mask: the encoding's bias of the position values, its
     contextual term, the row scale, then the mask, as the reference path computes them.
-    k and v may have fewer heads (KV, Lk, Dh), as `attend`."""
-    k, v = expand_kv(k, q.shape[0]), expand_kv(v, q.shape[0])
+    k and v may have fewer heads (KV, Lk, Dh), as `attend`; under a remap q and k carry a
+    leading set axis (S, H, Lq, Dh), (S, KV, Lk, Dh)."""
+    k, v = expand_kv(k, q.shape[-3]), expand_kv(v, q.shape[-3])
     bias = encoding.bias(q_positions, k_positions)
-    logits = block_logits(q, k, scale, bias, visible, row_scale, encoding)
+    choice = encoding.remap_choice(q_positions, k_positions)
+    logits = block_logits(q, k, scale, bias, visible, row_scale, encoding, choice)
     weights = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
     return jnp.einsum("hqk,hkd->hqd", weights, v)
 
@@ -175,14 +198,19 @@ def reference_attention(
     row_scale: Float[Array, "H L"] | None = None,
 ) -> Float[Array, "H L Dh"]:
     """Exact softmax per query block over its causal key prefix (`memory.causal_blocks`), with
-    the encoding's bias and contextual term (`contextual_bias` of each block's logits)."""
-    index = jnp.arange(q.shape[1])
+    the encoding's bias and contextual term (`contextual_bias` of each block's logits). Under a
+    remap q and k are (S, H, L, Dh), one rotation per position set."""
+    length = q.shape[-2]
+    index = jnp.arange(length)
     outs = []
-    for start, stop in causal_blocks(q.shape[1]):
-        bias = None if encoding is None else encoding.bias(positions[start:stop], positions[:stop])
+    for start, stop in causal_blocks(length):
+        q_pos, k_pos = positions[start:stop], positions[:stop]
+        bias = None if encoding is None else encoding.bias(q_pos, k_pos)
+        choice = remap_choice(encoding, q_pos, k_pos)
         ok = visibility(index[start:stop], index[:stop], window)
         rows = None if row_scale is None else row_scale[:, start:stop]
-        logits = block_logits(q[:, start:stop], k[:, :stop], scale, bias, ok, rows, encoding)
+        qb, kb = q[..., start:stop, :], k[..., :stop, :]
+        logits = block_logits(qb, kb, scale, bias, ok, rows, encoding, choice)
         weights = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
         outs.append(jnp.einsum("hqk,hkd->hqd", weights, v[:, :stop]))
     return jnp.concatenate(outs, axis=1)

@@ -39,10 +39,31 @@ def visibility(q_index: Array, k_index: Array, window: int | None) -> Bool[Array
     return ok
 
 
-def raw_logits(q: Array, k: Array, scale: float, bias: Array | None) -> Float[Array, "H Bq Bk"]:
-    """Unmasked, unscaled-by-row float32 logits of queries (H, Bq, Dh) against keys (H, Bk, Dh)."""
-    s = jnp.einsum("hqd,hkd->hqk", q, k, preferred_element_type=jnp.float32) * scale
+def raw_logits(
+    q: Array, k: Array, scale: float, bias: Array | None, choice: Array | None = None
+) -> Float[Array, "H Bq Bk"]:
+    """Unmasked, unscaled-by-row float32 logits of queries (H, Bq, Dh) against keys (H, Bk, Dh).
+
+    Under a relative-position remap q and k hold one rotation per position set, (S, H, B, Dh),
+    and `choice` (Bq, Bk) picks the set each pair's logit comes from."""
+    s = jnp.einsum("...hqd,...hkd->...hqk", q, k, preferred_element_type=jnp.float32) * scale
+    if choice is not None:
+        s = chosen(s, choice)
     return s if bias is None else s + bias
+
+
+def chosen(per_set: Float[Array, "S H Bq Bk"], choice: Array) -> Float[Array, "H Bq Bk"]:
+    """Each pair's value from the set `choice` (Bq, Bk) names."""
+    out = per_set[0]
+    for s in range(1, per_set.shape[0]):
+        out = jnp.where(choice[None] == s, per_set[s], out)
+    return out
+
+
+def per_set(x: Float[Array, "H Bq Bk"], choice: Array, n_sets: int) -> Float[Array, "S H Bq Bk"]:
+    """x split by set: entry s keeps the pairs `choice` (Bq, Bk) puts in set s, zero elsewhere
+    (the transpose of `chosen`)."""
+    return jnp.stack([jnp.where(choice[None] == s, x, 0.0) for s in range(n_sets)])
 
 
 def block_logits(
@@ -53,17 +74,32 @@ def block_logits(
     ok: Array,
     row_scale: Array | None,
     contextual: PositionEncoding | None = None,
+    choice: Array | None = None,
 ) -> Float[Array, "H Bq Bk"]:
     """Masked float32 logits of queries (H, Bq, Dh) against keys (H, Bk, Dh), each query's row
     times `row_scale` (H, Bq) when given. With `contextual` (the reference path, keys the whole
-    causal prefix) its `contextual_bias` of these logits is added first."""
-    s = raw_logits(q, k, scale, bias)
+    causal prefix) its `contextual_bias` of these logits is added first. Under a remap q and k
+    are (S, H, B, Dh) and `choice` (Bq, Bk) picks each pair's set (`raw_logits`)."""
+    s = raw_logits(q, k, scale, bias, choice)
     if contextual is not None:
         term = contextual.contextual_bias(q, s, ok)
         s = s if term is None else s + term
     if row_scale is not None:
         s = s * row_scale[..., None]
     return jnp.where(ok[None], s, MASKED)
+
+
+def remap_choice(
+    encoding: PositionEncoding | None, q_positions: Array, k_positions: Array
+) -> Array | None:
+    """The (Lq, Lk) position set of each pair under a remap, else None."""
+    return None if encoding is None else encoding.remap_choice(q_positions, k_positions)
+
+
+def has_remap(encoding: PositionEncoding, positions: Array) -> bool:
+    """Whether the encoding scores pairs in several position sets (shapes only)."""
+    one = positions.reshape(-1)[:1]
+    return jax.eval_shape(encoding.remap_choice, one, one) is not None
 
 
 def has_contextual(encoding: PositionEncoding, q: Array) -> bool:
@@ -79,8 +115,12 @@ __all__ = [
     "CONTEXTUAL_NEEDS_REFERENCE",
     "MASKED",
     "block_logits",
+    "chosen",
     "has_contextual",
+    "has_remap",
+    "per_set",
     "raw_logits",
+    "remap_choice",
     "visibility",
     "visible_keys",
 ]

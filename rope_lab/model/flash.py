@@ -5,7 +5,10 @@ wholly above the diagonal or outside the window are never visited (`_Plan.key_bl
 custom VJP recomputes each block's logits from the saved per-row log-sum-exp, so training
 memory is linear in L as well as the forward. Bias parameters (KERPLE's r1, a T5 table) get
 their gradients through the encoding's own `bias`, block by block. A per-query `row_scale`
-(H, L) multiplies each logit row, bias included; its gradient is rowsum(dS * z).
+(H, L) multiplies each logit row, bias included; its gradient is rowsum(dS * z). Under a
+relative-position remap q and k hold one rotation per position set, (S, H, L, Dh): each tile
+computes its S logits and keeps the set `encoding.remap_choice` names per pair, and the
+backward pass sends each pair's dS to its set's dq and dk (`attention_logits.per_set`).
 `rope_lab.model.attention.attend` picks this kernel (`blocked`, or `auto` past the reference
 path's lengths); it cannot add a contextual term (CoPE), which needs a query's whole row.
 """
@@ -25,7 +28,9 @@ from rope_lab.model.attention_logits import (
     MASKED,
     block_logits,
     has_contextual,
+    per_set,
     raw_logits,
+    remap_choice,
     visibility,
 )
 from rope_lab.model.memory import BLOCK
@@ -34,12 +39,15 @@ from rope_lab.model.positions import PositionEncoding
 
 @dataclass(frozen=True)
 class _Plan:
-    """Static layout of one blocked call: block size, number of blocks, scale, window."""
+    """Static layout of one blocked call: block size, number of blocks, scale, window, whether
+    the encoding adds a bias, and the position sets of q and k (0: no remap)."""
 
     block: int
     n_blocks: int
     scale: float
     window: int | None
+    has_bias: bool = False
+    sets: int = 0
 
     def key_blocks(self, i: Array) -> tuple[Array, Array]:
         """[first, stop) of the key blocks query block i sees: those with a visible pair."""
@@ -71,34 +79,48 @@ def blocked_attention(
 
     L need not be a multiple of `block`: the sequence is padded at the end (padded keys lie
     after every real query, so causality hides them; padded queries are dropped). `block`
-    defaults to BLOCK.
+    defaults to BLOCK. Under a remap q and k are (S, H, L, Dh).
     """
     if encoding is not None and has_contextual(encoding, q):
         raise ConfigError(CONTEXTUAL_NEEDS_REFERENCE.format(implementation="blocked"))
-    length = q.shape[1]
+    length = v.shape[1]
     block = min(block or BLOCK, length)
     n_blocks = -(-length // block)
     pad = n_blocks * block - length
     if pad:
-        q, k, v = (jnp.pad(x, ((0, 0), (0, pad), (0, 0))) for x in (q, k, v))
+        q, k, v = (_pad(x, pad, axis=x.ndim - 2) for x in (q, k, v))
         positions = jnp.pad(positions, (0, pad), mode="edge")
         if row_scale is not None:
             row_scale = jnp.pad(row_scale, ((0, 0), (0, pad)), constant_values=1.0)
-    plan = _Plan(block, n_blocks, float(scale), window)
+    one = positions[:1]
+    has_bias = encoding is not None and jax.eval_shape(encoding.bias, one, one) is not None
+    sets = q.shape[0] if q.ndim == 4 else 0
+    plan = _Plan(block, n_blocks, float(scale), window, has_bias, sets)
     out = _flash((q, k, v, encoding, row_scale), positions, plan)
     return out[:, :length]
 
 
-def _tiles(x: Array, plan: _Plan) -> Array:
-    """(H, L, *rest) -> (n_blocks, H, block, *rest)."""
-    tiled = x.reshape(x.shape[0], plan.n_blocks, plan.block, *x.shape[2:])
-    return jnp.moveaxis(tiled, 1, 0)
+def _pad(x: Array, pad: int, *, axis: int) -> Array:
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, pad)
+    return jnp.pad(x, widths)
 
 
-def _untile(x: Array) -> Array:
-    """(n_blocks, H, block, *rest) -> (H, L, *rest)."""
-    x = jnp.moveaxis(x, 0, 1)
-    return x.reshape(x.shape[0], -1, *x.shape[3:])
+def _tiles(x: Array, plan: _Plan, axis: int = 1) -> Array:
+    """(*pre, L, *rest) -> (n_blocks, *pre, block, *rest), L at `axis`."""
+    tiled = x.reshape(*x.shape[:axis], plan.n_blocks, plan.block, *x.shape[axis + 1 :])
+    return jnp.moveaxis(tiled, axis, 0)
+
+
+def _untile(x: Array, axis: int = 1) -> Array:
+    """(n_blocks, *pre, block, *rest) -> (*pre, L, *rest), L at `axis`."""
+    x = jnp.moveaxis(x, 0, axis)
+    return x.reshape(*x.shape[:axis], -1, *x.shape[axis + 2 :])
+
+
+def _qk_axis(plan: _Plan) -> int:
+    """The length axis of q and k: 2 under a remap (S, H, L, Dh), else 1."""
+    return 2 if plan.sets else 1
 
 
 def _bias(encoding: PositionEncoding | None, q_positions: Array, k_positions: Array):
@@ -107,10 +129,11 @@ def _bias(encoding: PositionEncoding | None, q_positions: Array, k_positions: Ar
 
 def _forward(q, k, v, encoding, row_scale, positions, plan: _Plan) -> tuple[Array, Array]:
     """Outputs (H, L, Dh) and per-row log-sum-exp (H, L) of the padded sequence."""
-    qt, kt, vt = (_tiles(x, plan) for x in (q, k, v))
+    qt, kt = (_tiles(x, plan, _qk_axis(plan)) for x in (q, k))
+    vt = _tiles(v, plan)
     rt = None if row_scale is None else _tiles(row_scale, plan)
     pt = positions.reshape(plan.n_blocks, plan.block)
-    heads, _, dh = q.shape[0], q.shape[1], q.shape[2]
+    heads, dh = q.shape[-3], v.shape[-1]
 
     def query_block(_, i):
         qi = qt[i]
@@ -119,7 +142,8 @@ def _forward(q, k, v, encoding, row_scale, positions, plan: _Plan) -> tuple[Arra
         def key_block(j, carry):
             m, norm, acc = carry
             bias = _bias(encoding, pt[i], pt[j])
-            s = block_logits(qi, kt[j], plan.scale, bias, plan.mask(i, j), ri)
+            choice = remap_choice(encoding, pt[i], pt[j])
+            s = block_logits(qi, kt[j], plan.scale, bias, plan.mask(i, j), ri, None, choice)
             m_new = jnp.maximum(m, s.max(-1))
             p = jnp.exp(s - m_new[..., None])
             correction = jnp.exp(m - m_new)
@@ -144,7 +168,8 @@ def _forward(q, k, v, encoding, row_scale, positions, plan: _Plan) -> tuple[Arra
 def _backward(q, k, v, encoding, row_scale, positions, plan: _Plan, out, lse, d_out):
     """Gradients of (q, k, v, encoding, row_scale) from recomputed block logits (the flash
     backward). With a row scale r the logits are r * z: dz = r * dS and dr = rowsum(dS * z)."""
-    qt, kt, vt, dot = (_tiles(x, plan) for x in (q, k, v, d_out))
+    qt, kt = (_tiles(x, plan, _qk_axis(plan)) for x in (q, k))
+    vt, dot = (_tiles(x, plan) for x in (v, d_out))
     rt = None if row_scale is None else _tiles(row_scale, plan)
     lset = _tiles(lse, plan)
     delta = _tiles(jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), -1), plan)
@@ -163,13 +188,14 @@ def _backward(q, k, v, encoding, row_scale, positions, plan: _Plan, out, lse, d_
         def key_block(j, inner):
             dq, dk, dv, d_params, dr = inner
             ok = plan.mask(i, j)
-            if encoding is None:
+            if not plan.has_bias:
                 bias, bias_vjp = None, None
             else:
                 bias, bias_vjp = jax.vjp(
                     lambda p: eqx.combine(p, static).bias(pt[i], pt[j]), params
                 )
-            z = raw_logits(qi, kt[j], plan.scale, bias)
+            choice = remap_choice(encoding, pt[i], pt[j])
+            z = raw_logits(qi, kt[j], plan.scale, bias, choice)
             s = jnp.where(ok[None], z if ri is None else z * ri[..., None], MASKED)
             p = jnp.exp(s - lset[i][..., None])  # 0 where masked
             dv_j = jnp.einsum(
@@ -184,26 +210,37 @@ def _backward(q, k, v, encoding, row_scale, positions, plan: _Plan, out, lse, d_
                 (d_bias,) = bias_vjp(ds)
                 d_params = jax.tree.map(jnp.add, d_params, d_bias)
             ds = ds * plan.scale
+            if choice is not None:  # each pair's dS to the set its logit came from
+                ds = per_set(ds, choice, plan.sets)
             dq = dq + jnp.einsum(
-                "hqk,hkd->hqd", ds.astype(kt.dtype), kt[j], preferred_element_type=jnp.float32
+                "...hqk,...hkd->...hqd",
+                ds.astype(kt.dtype),
+                kt[j],
+                preferred_element_type=jnp.float32,
             )
             dk_j = jnp.einsum(
-                "hqk,hqd->hkd", ds.astype(qi.dtype), qi, preferred_element_type=jnp.float32
+                "...hqk,...hqd->...hkd", ds.astype(qi.dtype), qi, preferred_element_type=jnp.float32
             )
             return dq, dk.at[j].add(dk_j), dv.at[j].add(dv_j), d_params, dr
 
         dq0 = jnp.zeros(qi.shape, jnp.float32)
-        dr0 = jnp.zeros(qi.shape[:-1], jnp.float32)
+        dr0 = jnp.zeros(doi.shape[:-1], jnp.float32)
         dq, dk, dv, d_params, dr = jax.lax.fori_loop(
             *plan.key_blocks(i), key_block, (dq0, dk, dv, d_params, dr0)
         )
         return (dk, dv, d_params), (dq, dr)
 
-    zeros = jnp.zeros(kt.shape, jnp.float32)
     (dk, dv, d_params), (dq, dr) = jax.lax.scan(
-        query_block, (zeros, zeros, d_params0), jnp.arange(plan.n_blocks)
+        query_block,
+        (jnp.zeros(kt.shape, jnp.float32), jnp.zeros(vt.shape, jnp.float32), d_params0),
+        jnp.arange(plan.n_blocks),
     )
-    grads = (_untile(dq).astype(q.dtype), _untile(dk).astype(k.dtype), _untile(dv).astype(v.dtype))
+    axis = _qk_axis(plan)
+    grads = (
+        _untile(dq, axis).astype(q.dtype),
+        _untile(dk, axis).astype(k.dtype),
+        _untile(dv).astype(v.dtype),
+    )
     return (*grads, d_params, None if row_scale is None else _untile(dr))
 
 

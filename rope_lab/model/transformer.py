@@ -39,6 +39,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from rope_lab.config import LayerConfig, ModelConfig
 from rope_lab.model.attention import attend, expand_kv, visible_keys
+from rope_lab.model.attention_logits import raw_logits
 from rope_lab.model.layers import MLP, Linear, Norm, dense, fused_linear, make_linear
 from rope_lab.model.positions import Frozen, PositionEncoding, make_position_encoding
 
@@ -123,12 +124,13 @@ class Attention(eqx.Module):
     def _rotated(
         self, q: Array, k: Array, positions: Array, encoding: PositionEncoding
     ) -> tuple[Float[Array, "H L Dh"], Float[Array, "KV L Dh"]]:
+        """Heads-major rotated q and k; (S, H, L, Dh) and (S, KV, L, Dh) under a remap."""
         q, k = self._split(q, self.heads), self._split(k, self.kv_heads)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = encoding.rotate(q, k, positions)
         # Heads-major (H, L, Dh) operands: both attention matmuls are plain batched matmuls.
-        return q.transpose(1, 0, 2), k.transpose(1, 0, 2)
+        return jnp.swapaxes(q, -3, -2), jnp.swapaxes(k, -3, -2)
 
     def logits(
         self,
@@ -142,9 +144,9 @@ class Attention(eqx.Module):
         q, k = fused_linear(x, self.q, self.k)
         q, k = self._rotated(q, k, positions, encoding)
         k = expand_kv(k, self.heads)
-        logits = jnp.einsum("hqd,hkd->hqk", q, k).astype(jnp.float32) * self.scale
         bias = encoding.bias(positions, positions)
-        logits = logits if bias is None else logits + bias
+        choice = encoding.remap_choice(positions, positions)
+        logits = raw_logits(q, k, self.scale, bias, choice)
         term = encoding.contextual_bias(q, logits, visible_keys(positions.shape[-1], layer.window))
         logits = logits if term is None else logits + term
         rows = self.row_scale(positions, layer, temperature)

@@ -5,6 +5,9 @@ randomised) positions, and one that takes queries and their logits:
 
 - `embed(positions (*B, L))`: a (*B, L, D) vector added to the token embeddings, or None;
 - `rotate(q, k, positions (L,))`: q and k of shape (L, H, Dh) after rotation (RoPE), or unchanged;
+  under a relative-position remap (`positions/remapped.py`) one rotation per position set,
+  (S, L, H, Dh), with `remap_choice(q_positions (Lq,), k_positions (Lk,))` the (Lq, Lk) set
+  each pair is scored in (None for every other encoding);
 - `bias(q_positions (Lq,), k_positions (Lk,))`: an additive (H, Lq, Lk) attention-logit bias for
   one block of queries against one block of keys, or None. Attention asks only for the blocks it
   computes, so no encoding ever builds an (H, L, L) array for the whole sequence;
@@ -25,7 +28,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import equinox as eqx
 import jax
-from jaxtyping import Array, Bool, Float, PRNGKeyArray
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from rope_lab.model import rope
 from rope_lab.model.positions.randomized import check_randomized
@@ -60,6 +63,10 @@ class PositionEncoding(eqx.Module):
 
     def bias(self, q_positions: Array, k_positions: Array) -> Float[Array, "H Lq Lk"] | None:
         """Additive logit bias of queries at q_positions (Lq,) for keys at k_positions (Lk,)."""
+        return None
+
+    def remap_choice(self, q_positions: Array, k_positions: Array) -> Int[Array, "Lq Lk"] | None:
+        """Under a remap, the position set (Lq, Lk) each pair is scored in; else None."""
         return None
 
     def contextual_bias(

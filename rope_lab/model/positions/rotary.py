@@ -20,6 +20,7 @@ from jaxtyping import Array
 
 from rope_lab.model import rope
 from rope_lab.model.positions.base import EncodingConfig, Frozen, PositionEncoding, known_scaling
+from rope_lab.model.scalings.remaps import Remap
 from rope_lab.registry import POSITIONS, SCALINGS
 from rope_lab.typed import ConfigError, Params, params_field, thaw
 
@@ -110,9 +111,30 @@ class RotaryConfig(EncodingConfig):
 
     def with_scaling(
         self, encoding, model, *, train_length, kind, factor, params, seq_len
-    ) -> RotaryPE:
+    ) -> PositionEncoding:
         """The same rotary encoding with the frequencies of `kind` at `factor` and `seq_len`,
-        `train_length` the original length (same array shapes: no recompilation)."""
+        `train_length` the original length (same array shapes: no recompilation). A method
+        that `remaps` keeps the encoding's frequencies and wraps it in its position sets
+        (`positions/remapped.py`; a new program)."""
+        from rope_lab.model.positions.remapped import RemappedRotary
+
+        if SCALINGS[kind].remaps:
+            inner = encoding.inner if isinstance(encoding, RemappedRotary) else encoding
+            method = rope.scaling_config(kind, **(params or {}))
+            assert isinstance(method, Remap)
+            sets = method.rule(factor, train_length)
+            return RemappedRotary(inner, sets)
+        if isinstance(encoding, RemappedRotary):  # new frequencies under the same remap
+            inner = self.with_scaling(
+                encoding.inner,
+                model,
+                train_length=train_length,
+                kind=kind,
+                factor=factor,
+                params=params,
+                seq_len=seq_len,
+            )
+            return eqx.tree_at(lambda e: e.inner, encoding, inner)
         assert isinstance(encoding, RotaryPE)
         inv, attention_factor = self.frequencies(
             model, train_length, kind=kind, factor=factor, params=params, seq_len=seq_len
@@ -146,6 +168,11 @@ class RotaryConfig(EncodingConfig):
             raise ConfigError(
                 f"{path}.rotary_fraction: rotates {dim} dims of head_dim={trial.model.d_head}; "
                 "need at least 2"
+            )
+        if self.scaling in SCALINGS and SCALINGS[self.scaling].remaps:
+            raise ConfigError(
+                f"{path}.scaling: {self.scaling!r} remaps relative positions at evaluation only; "
+                "put it in eval.methods"
             )
         check_scaling(self.scaling, dim, self.factor, length, thaw(self.params), path)
         for i, method in enumerate(ev.methods):

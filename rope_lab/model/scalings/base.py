@@ -82,6 +82,8 @@ class Scaling:
     # why Hugging Face transformers has no such rope_type ("": it has one, and the golden
     # cases of tests/fixtures/make_hf_rope_golden.py must cover it)
     not_in_hf: ClassVar[str] = ""
+    # a relative-position remap (`scalings/remaps.py`): keeps the frequencies, remaps positions
+    remaps: ClassVar[bool] = False
 
     def check(
         self, rotary_dim: int, *, theta: float, factor: float, original_length: int | None

@@ -86,6 +86,9 @@ def test_uses_factor_means_factor_matters(kind: str) -> None:
     a = frequencies(kind, seq_len=1024)
     b = frequencies(kind, seq_len=1024, factor=8.0)
     differs = not np.array_equal(a[0], b[0]) or a[1] != b[1]
+    if SCALINGS[kind].remaps:  # the frequencies stay; the position sets carry the factor
+        config = rope.scaling_config(kind, **EXAMPLE_PARAMS.get(kind, {}))
+        differs = config.rule(4.0, 64) != config.rule(8.0, 64)
     assert differs == SCALINGS[kind].uses_factor
 
 
