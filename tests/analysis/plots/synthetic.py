@@ -20,6 +20,7 @@ SCALINGS = (("linear", 2.0), ("linear", 4.0), ("yarn", 2.0), ("yarn", 4.0))
 NTK_STEPS = (0, 10, 100, 1000)
 PROBES = (32, 64, 128)
 N_BUCKETS = 4
+DEPTHS = (0.0, 0.5, 1.0)  # eval.depths of the rope trials
 # Labels drawn for every width: 4 PE kinds + 4 RoPE scalings.
 N_LABELS = len(KINDS) + len(SCALINGS)
 
@@ -32,6 +33,11 @@ def _accuracy(kind: str, method: str, factor: float, length: int, width: int, se
     if method in ("linear", "yarn"):
         decay = 0.2 / factor if method == "linear" else 0.1 / factor
     return max(0.05, base - decay * over)
+
+
+def depth_accuracy(acc: float, depth: float, length: int) -> float:
+    """Synthetic accuracy with the needle at ``depth``: lost the deeper into a long context."""
+    return acc * (1.0 - 0.3 * (1.0 - depth) * max(0.0, math.log2(length / L_TRAIN)) / 2)
 
 
 def make_store(root: Path) -> Path:
@@ -93,6 +99,12 @@ def make_store(root: Path) -> Path:
                         {**common, "length": length, "loss": bl, "accuracy": acc,
                          "perplexity": math.exp(bl), "position_bucket": start}
                     )  # fmt: skip
+                if kind == "rope":  # rows at a set needle depth (eval.depths)
+                    rows += [
+                        {**common, "length": length, "depth": d, "loss": loss,
+                         "accuracy": depth_accuracy(acc, d, length)}
+                        for d in DEPTHS
+                    ]  # fmt: skip
             append_rows(d, "eval", rows, segment=f"eval_{method}_x{factor:g}")
         # answers decoded with a cache (scalings that do not depend on the length: once)
         decoded = [

@@ -155,8 +155,10 @@ def eval_rows(store: Path, *, buckets: bool = False) -> pl.DataFrame:
     """Whole-sequence eval rows (or the per-bucket ones) with config, label, length_ratio and
     error_rate."""
     rows = with_config(store, "eval").filter(
-        (pl.col("position_bucket").is_null() != buckets) & pl.col("mode").is_null()
-    )  # figures read the teacher-forced rows (decode rows have a mode)
+        (pl.col("position_bucket").is_null() != buckets)
+        & pl.col("mode").is_null()
+        & pl.col("depth").is_null()
+    )  # figures read the teacher-forced rows (decode rows have a mode) at no set depth
     return rows.with_columns(
         (pl.col("length") / pl.col("train.length")).alias("length_ratio"),
         (1 - pl.col("accuracy")).alias("error_rate"),
