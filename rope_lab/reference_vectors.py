@@ -220,6 +220,19 @@ FIELD_CASES: dict[str, tuple[EdgeCase, ...]] = {
             "high wavelength threshold exactly at frequency 0's wavelength 2 pi",
         ),
     ),
+    # relative-position remaps (their own fields, in tokens)
+    "window": (
+        (16, 10000.0, 4.0, 256, {"window": 1}, "window 1: only the diagonal exact"),
+        (16, 10000.0, 4.0, 256, {"window": 4096}, "window past every length: direct RoPE"),
+    ),
+    "chunk_size": (
+        (16, 10000.0, 1.0, 256, {"chunk_size": 8, "local_window": 0}, "no local window"),
+        (16, 10000.0, 1.0, 256, {"chunk_size": 8, "local_window": 7}, "chunks of one token"),
+    ),
+    "shift": (
+        (16, 10000.0, 1.0, 256, {"shift": 2, "local_window": 1}, "smallest shift"),
+        (16, 10000.0, 1.0, 131072, {}, "the authors' sizes: shift L / 3, local value 128"),
+    ),
     "partial_rotary_factor": (
         (16, 10000.0, 1.0, 2048, {"partial_rotary_factor": 0.5}, ""),
         (64, 1e6, 4.0, 2048, {"partial_rotary_factor": 0.25}, ""),
@@ -516,11 +529,7 @@ class Table:
 
 TABLES: dict[str, Table] = {}
 # tables someone will add, named in the README as not yet present until registered
-PLANNED = {
-    "position_remaps": "the relative positions each query-key pair is rotated by after a "
-    "remap (ReRoPE / Leaky ReRoPE / Self-Extend / Dual Chunk Attention / STRING); not written "
-    "yet",
-}
+PLANNED: dict[str, str] = {}
 
 
 def table(
@@ -731,6 +740,85 @@ def _logits(v: Vectors) -> pl.DataFrame:
                 )
             )
     return pl.concat(parts)
+
+
+def remap_positions(case: Case) -> tuple[int, ...]:
+    """Positions whose pairs `position_remaps` lists: 0, 1, every window / chunk / shift edge
+    of the resolved remap (-1, 0, +1), L - 1, L, 2L and 4L - 1, sorted and distinct."""
+    sets = remap_rule(case)
+    L = case.original_length
+    edges = [v for v in dataclasses.asdict(sets).values() if isinstance(v, int) and v > 0]
+    if hasattr(sets, "chunk"):
+        edges += [sets.chunk, 2 * sets.chunk, 3 * sets.chunk]
+    near = {e + d for e in edges for d in (-1, 0, 1)}
+    return tuple(sorted(p for p in {0, 1, L - 1, L, 2 * L, 4 * L - 1} | near if p >= 0))
+
+
+def remap_rule(case: Case) -> Any:
+    """The resolved position sets of a remap case (`Remap.rule`)."""
+    from rope_lab.model.rope import scaling_config
+
+    return scaling_config(case.method, **case.params).rule(case.factor, case.original_length)
+
+
+@table(
+    "position_remaps",
+    "The relative-position remaps (ReRoPE, Leaky ReRoPE, Self-Extend, Dual Chunk Attention, "
+    "STRING): for each remap case and each causal pair of chosen positions (0, 1, L - 1, L, "
+    "2L, 4L - 1 and the remap's window / chunk / shift edges +-1), the position set it is "
+    "scored in and the positions its query and key are rotated at. The logit of the pair is "
+    "RoPE's at relative position query_rotation - key_rotation, with the case's frequencies "
+    "(a remap keeps the model's: inv_freq.parquet has direct RoPE's). Rows only for methods "
+    "that remap.",
+    {
+        "case_id": "string; cases.parquet's key",
+        "method": "string; the remap",
+        "resolved": "string, JSON; the remap's parameters with its defaults resolved from "
+        "original_length (e.g. ReRoPE's window L / 2)",
+        "query_position": "int64; the query's position i",
+        "key_position": "int64; the key's position j <= i",
+        "position_set": "int64; the set the pair is scored in (0: exact positions)",
+        "query_rotation": "float32; the position the query is rotated at in that set",
+        "key_rotation": "float32; the position the key is rotated at in that set",
+        "relative": "float64; query_rotation - key_rotation, the relative position the pair "
+        "sees (the papers' definition, tests/model/scalings/test_remaps.py)",
+    },
+)
+def _position_remaps(v: Vectors) -> pl.DataFrame:
+    from rope_lab.registry import SCALINGS
+
+    parts = []
+    for c in v.cases:
+        if c.group != "grid" or not SCALINGS[c.method].remaps:
+            continue
+        sets = remap_rule(c)
+        pos = np.asarray(remap_positions(c), dtype=np.int64)
+        i, j = np.tril_indices(len(pos))
+        chosen = np.asarray(sets.choice(pos, pos))[i, j]
+        qs = np.stack(sets.query_positions(pos)).astype(np.float32)
+        ks = np.stack(sets.key_positions(pos)).astype(np.float32)
+        q_rot, k_rot = qs[chosen, i], ks[chosen, j]
+        parts.append(
+            pl.DataFrame(
+                {
+                    "case_id": [c.case_id] * len(i),
+                    "method": [c.method] * len(i),
+                    "resolved": [json.dumps(dataclasses.asdict(sets), sort_keys=True)] * len(i),
+                    "query_position": pos[i],
+                    "key_position": pos[j],
+                    "position_set": chosen.astype(np.int64),
+                    "query_rotation": q_rot,
+                    "key_rotation": k_rot,
+                    "relative": q_rot.astype(np.float64) - k_rot.astype(np.float64),
+                }
+            )
+        )
+    schema = {
+        "case_id": pl.String, "method": pl.String, "resolved": pl.String,
+        "query_position": pl.Int64, "key_position": pl.Int64, "position_set": pl.Int64,
+        "query_rotation": pl.Float32, "key_rotation": pl.Float32, "relative": pl.Float64,
+    }  # fmt: skip
+    return pl.concat(parts) if parts else pl.DataFrame(schema=schema)
 
 
 # ----------------------------------------------------------------------------- writing
