@@ -10,10 +10,10 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from rope_lab.config import replace
-from rope_lab.model.transformer import trainable
+from rope_lab.model.transformer import trainable, with_scaling
 from rope_lab.ntk import kernels as ntk
 from rope_lab.ntk.kernels import shift_invariance_error
-from rope_lab.registry import POSITIONS
+from rope_lab.registry import POSITIONS, SCALINGS
 from rope_lab.trial.train import make_model
 from tests.helpers import tiny_trial
 
@@ -355,3 +355,30 @@ def test_matches_vmap_free_gradients():
     P = np.einsum("nip,mjp->nmij", f1, f2)
     for chunk in (None, 5):
         assert_close(ntk.position_kernel(model, t1[:4], t2[:3], output=u, chunk_size=chunk), P)
+
+
+REMAPS = [k for k in SCALINGS.names() if SCALINGS[k].remaps]
+
+
+@pytest.mark.slow  # ~30 s each on 2 CPUs
+@pytest.mark.parametrize("method", REMAPS)
+@pytest.mark.usefixtures("drop_compiled")
+def test_kernel_under_a_remap_matches_bruteforce(method):
+    """The NTK stage under a relative-position remap (its position sets through the rotary hook):
+    sequence and position kernels equal the brute-force Jacobian of the remapped model, which
+    differs from the unremapped one (window 2 and 3-token chunks at L 8)."""
+    params = {
+        "rerope": {"window": 2},
+        "leaky_rerope": {"window": 2},
+        "self_extend": {"window": 2},
+        "dual_chunk": {"chunk_size": 4, "local_window": 1},
+        "string": {"shift": 3, "local_window": 1},
+    }[method]
+    model = with_scaling(tiny_model("rope"), method, 2.0, params, seq_len=L1)
+    J1, J2 = logit_jacobian(model, T1) / np.sqrt(V), logit_jacobian(model, T2) / np.sqrt(V)
+    K = seq_brute(J1, J2)
+    assert_close(ntk.sequence_kernel(model, T1, T2, output="trace", chunk_size=CHUNK), K)
+    P = np.einsum("nicp,mjcp->nmij", J1, J2)
+    assert_close(ntk.position_kernel(model, T1, T2, output="trace", chunk_size=CHUNK), P)
+    plain = seq_brute(brute_jacobian("rope", 1, "trace"), brute_jacobian("rope", 2, "trace"))
+    assert np.abs(K - plain).max() > 1e-4 * np.abs(plain).max()
