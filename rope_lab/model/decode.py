@@ -33,6 +33,7 @@ from typing import Final
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, Int
 
 from rope_lab.config import DECODE_PROTOCOLS
@@ -127,6 +128,29 @@ def prefill(
         raise ValueError(f"prompt of {n} tokens does not fit a cache of capacity {capacity}")
     positions = jnp.arange(n, dtype=jnp.int32) if positions is None else positions
     cache = init_cache(model, capacity)
+    x, kv = _forward_keeping_kv(model, tokens, positions, raw_keys)
+    layers = []
+    for (k, v), layer in zip(kv, cache.layers, strict=True):
+        c = layer.index.shape[0]
+        keep = jnp.arange(max(0, n - c), n)  # the last c tokens, one per slot
+        slot = keep % c
+        layers.append(
+            LayerCache(
+                k=layer.k.at[:, :, slot].set(k[:, :, keep].astype(layer.k.dtype)),
+                v=layer.v.at[:, :, slot].set(v[:, :, keep].astype(layer.v.dtype)),
+                index=layer.index.at[slot].set(keep.astype(jnp.int32)),
+                position=layer.position.at[slot].set(positions[keep]),
+            )
+        )
+    logits = model.readout(x)
+    return logits, KVCache(tuple(layers), jnp.asarray(n, jnp.int32))
+
+
+def _forward_keeping_kv(
+    model: Transformer, tokens: Int[Array, " L"], positions: Int[Array, " L"], raw_keys: bool
+) -> tuple[Float[Array, "L D"], tuple]:
+    """The last block's output (L, D) over `tokens` and, per layer kind, the keys (before
+    rotation with `raw_keys`) and values (R, KV, L, Dh) of its R repeats."""
     pattern = model.config.pattern
     params, static = _blocks(model)
     x = model.embed(tokens, positions)
@@ -148,22 +172,46 @@ def prefill(
             kept.append((cached, v))
         return h, tuple(kept)
 
-    x, kv = jax.lax.scan(repeat, x, params)
+    return jax.lax.scan(repeat, x, params)
+
+
+def prefill_padded(
+    model: Transformer,
+    buffer: Int[Array, " C"],
+    length: Int[Array, ""],
+    *,
+    raw_keys: bool = False,
+) -> tuple[Float[Array, "C V"], KVCache]:
+    """`prefill` of the prompt buffer[:length] at the capacity C of `buffer`, with `length` a
+    traced value, so one compiled program serves every prompt length. The forward runs over
+    the whole buffer (positions 0..C-1): causal masking makes rows < length exact whatever
+    the padding after them holds (a pad on the left would move the prompt's positions). The
+    cache holds tokens 0..length-1 only (the last `window` of them for a windowed kind), as
+    `prefill(model, buffer[:length], C)` does; logits rows >= length read the pads."""
+    c_total = buffer.shape[0]
+    positions = jnp.arange(c_total, dtype=jnp.int32)
+    n = jnp.asarray(length, jnp.int32)
+    x, kv = _forward_keeping_kv(model, buffer, positions, raw_keys)
     layers = []
-    for (k, v), layer in zip(kv, cache.layers, strict=True):
+    for (k, v), layer in zip(kv, init_cache(model, c_total).layers, strict=True):
         c = layer.index.shape[0]
-        keep = jnp.arange(max(0, n - c), n)  # the last c tokens, one per slot
-        slot = keep % c
+        s = jnp.arange(c, dtype=jnp.int32)
+        held = s + c * ((n - 1 - s) // c)  # the last token i < n with i % c == s; < 0: none
+        valid = held >= 0
+        i = jnp.maximum(held, 0)
+
+        def kept(a, like, valid=valid, i=i):
+            return jnp.where(valid[:, None], a[:, :, i], 0).astype(like.dtype)
+
         layers.append(
             LayerCache(
-                k=layer.k.at[:, :, slot].set(k[:, :, keep].astype(layer.k.dtype)),
-                v=layer.v.at[:, :, slot].set(v[:, :, keep].astype(layer.v.dtype)),
-                index=layer.index.at[slot].set(keep.astype(jnp.int32)),
-                position=layer.position.at[slot].set(positions[keep]),
+                k=kept(k, layer.k),
+                v=kept(v, layer.v),
+                index=jnp.where(valid, held, -1),
+                position=jnp.where(valid, positions[i], 0),
             )
         )
-    logits = model.readout(x)
-    return logits, KVCache(tuple(layers), jnp.asarray(n, jnp.int32))
+    return model.readout(x), KVCache(tuple(layers), n)
 
 
 def decode_step(
@@ -301,7 +349,9 @@ def generate(
         fixed = with_scaling(model, method, factor, params, seq_len=p + steps - 1)
         return _generate_fixed(fixed, prompt, steps, capacity)
     # the step that reads token t (index p + t - 1) sees a prefix of p + t tokens
-    stacked = encodings_by_length(model, method, factor, params, range(p + 1, p + steps))
+    model = _own_encodings(model)  # the structure of the scaled encodings the steps read
+    lengths = range(p + 1, p + steps)
+    stacked = encodings_by_length(model, method, factor, params, lengths) if lengths else None
     at_prompt = with_scaling(model, method, factor, params, seq_len=p)
     if protocol == "per_step_full":
         return _scan_full(model, at_prompt, prompt, stacked, steps, capacity)
@@ -366,14 +416,168 @@ def _scan(model, cache, first_logits, stacked, steps: int, *, rotate_cache: bool
     )
 
 
+# ------------------------------------------------------------- one program for every length
+
+# The program each protocol generates with once its encodings are arguments (`StepEncodings`):
+# prefill_fixed is per_step_stale with one scaling everywhere, so the two share a program.
+PROGRAMS: Final = {
+    "prefill_fixed": "cached",
+    "per_step_stale": "cached",
+    "per_step_recompute": "recompute",
+    "per_step_full": "full",
+}
+
+
+class StepEncodings(eqx.Module):
+    """The encoding arrays (those of `model.position` and `model.layer_positions`) a padded
+    generation runs under: `prompt`, the prompt's forward's; `steps`, each later step's,
+    stacked along a leading axis of `max_steps - 1` (entries past the generation's own steps
+    are never read)."""
+
+    prompt: tuple
+    steps: tuple
+
+
+def _encoding_arrays(model: Transformer) -> tuple:
+    return eqx.filter((model.position, model.layer_positions), eqx.is_array)
+
+
+def _own_encodings(model: Transformer) -> Transformer:
+    """The model with each layer kind holding its encoding (`with_scaling`'s structure: a kind
+    without its own shares a copy of the model-wide one); the same network."""
+    if not model.config.layers:
+        return model
+    kinds = tuple(model.encoding_of(i) for i in range(len(model.config.layers)))
+    return eqx.tree_at(lambda m: m.layer_positions, model, kinds, is_leaf=lambda x: x is None)
+
+
+def _with_encoding_arrays(model: Transformer, arrays: tuple) -> Transformer:
+    """The model under the encodings whose arrays are `arrays` (`_encoding_arrays` of the
+    model under a scaling)."""
+    model = _own_encodings(model)
+    _, static = eqx.partition((model.position, model.layer_positions), eqx.is_array)
+    encs = eqx.combine(arrays, static)
+    return eqx.tree_at(lambda m: (m.position, m.layer_positions), model, encs)
+
+
+def step_encodings(
+    model: Transformer,
+    scaling: tuple[str, float, dict | None],
+    protocol: str,
+    prompt_length: int,
+    steps: int,
+    max_steps: int,
+) -> StepEncodings:
+    """The encodings `generate(model, prompt, steps, protocol=protocol, scaling=scaling)` reads
+    for a prompt of `prompt_length`, as arrays for `generate_padded` (computed on the host:
+    the lengths are Python ints here). prefill_fixed: the scaling at prompt + steps - 1
+    everywhere; the per-step protocols: at the prompt length for the prefill and at p + t for
+    the step that reads token t. Steps past `steps` (up to `max_steps`) repeat the last."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown decode protocol {protocol!r}; allowed: {', '.join(PROTOCOLS)}")
+    if not 1 <= steps <= max_steps:
+        raise ValueError(f"steps {steps} must be in 1..max_steps ({max_steps})")
+    method, factor, params = scaling
+    p = prompt_length
+    # NumPy on the host: an eager jnp op per shape would compile a program of its own
+    found: dict[int, tuple] = {}
+
+    def at(n: int) -> tuple:
+        if n not in found:
+            scaled = with_scaling(model, method, factor, params, seq_len=n)
+            found[n] = jax.tree.map(np.asarray, _encoding_arrays(scaled))
+        return found[n]
+
+    if protocol == "prefill_fixed":
+        # the longest prefix read: the last token is never fed back
+        prompt = last = at(p + steps - 1)
+        lengths: list[int] = []
+    else:
+        prompt = at(p)
+        lengths = list(range(p + 1, p + steps))  # the step reading token t sees p + t tokens
+        last = at(lengths[-1]) if lengths else prompt
+    trees = [at(n) for n in lengths] + [last] * (max_steps - 1 - len(lengths))
+    if trees:
+        stacked = jax.tree.map(lambda *a: np.stack(a), *trees)
+    else:
+        stacked = jax.tree.map(lambda a: np.broadcast_to(a, (0, *a.shape)), prompt)
+    return StepEncodings(prompt, stacked)
+
+
+def generate_padded(
+    model: Transformer,
+    buffer: Int[Array, " C"],
+    prompt_length: Int[Array, ""],
+    steps: Int[Array, ""],
+    max_steps: int,
+    *,
+    program: str = "cached",
+    encodings: StepEncodings | None = None,
+) -> tuple[Int[Array, " S"], Float[Array, "S V"]]:
+    """`generate` with the prompt buffer[:prompt_length] right-padded to the capacity C of
+    `buffer`, and `prompt_length` and `steps` traced: one compiled program for every prompt
+    length and answer length up to `max_steps` = S (and, with `encodings` as arguments, every
+    scaling whose arrays have the same shapes). Tokens (S,) and logits (S, V): the first
+    `steps` equal `generate`'s (the same operations on the same values: a causal prefix
+    does not read the pads, empty cache slots are masked), the rest are 0. Needs
+    prompt_length + steps - 1 <= C (not checked: traced). `program`: `PROGRAMS[protocol]`;
+    `encodings`: `step_encodings(...)` of the scaling under that protocol, None for the
+    model as given."""
+    if program not in set(PROGRAMS.values()):
+        raise ValueError(f"unknown program {program!r}; allowed: cached, recompute, full")
+    p = jnp.asarray(prompt_length, jnp.int32)
+    steps = jnp.asarray(steps, jnp.int32)
+    at_prompt = model if encodings is None else _with_encoding_arrays(model, encodings.prompt)
+    stacked = None if encodings is None else encodings.steps
+    cache: KVCache | None = None
+    if program == "full":
+        first = at_prompt(buffer)[p - 1]
+    else:
+        logits, cache = prefill_padded(at_prompt, buffer, p, raw_keys=program == "recompute")
+        first = logits[p - 1]
+    token = jnp.argmax(first).astype(jnp.int32)
+    tokens = jnp.zeros((max_steps,), jnp.int32).at[0].set(token)
+    rows = jnp.zeros((max_steps, first.shape[-1]), first.dtype).at[0].set(first)
+
+    def model_at(t):
+        if stacked is None:
+            return model
+        return _with_encoding_arrays(model, jax.tree.map(lambda a: a[t - 1], stacked))
+
+    def full_step(t, carry):  # step t feeds token t - 1 back at index p + t - 1, yields token t
+        buffer, token, tokens, rows = carry
+        n = p + t - 1
+        buffer = buffer.at[n].set(token)
+        logits = model_at(t)(buffer)[n]
+        nxt = jnp.argmax(logits).astype(jnp.int32)
+        return buffer, nxt, tokens.at[t].set(nxt), rows.at[t].set(logits)
+
+    def cached_step(t, carry):
+        cache, token, tokens, rows = carry
+        logits, cache = decode_step(model_at(t), cache, token, rotate_cache=program == "recompute")
+        nxt = jnp.argmax(logits).astype(jnp.int32)
+        return cache, nxt, tokens.at[t].set(nxt), rows.at[t].set(logits)
+
+    state = buffer if program == "full" else cache
+    step = full_step if program == "full" else cached_step
+    carry = (state, token, tokens, rows)
+    _, _, tokens, rows = jax.lax.fori_loop(1, jnp.minimum(steps, max_steps), step, carry)
+    return tokens, rows
+
+
 __all__ = [
+    "PROGRAMS",
     "PROTOCOLS",
     "KVCache",
     "LayerCache",
+    "StepEncodings",
     "decode_step",
     "encodings_by_length",
     "generate",
+    "generate_padded",
     "init_cache",
     "prefill",
+    "prefill_padded",
     "slots",
+    "step_encodings",
 ]

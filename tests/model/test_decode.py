@@ -12,12 +12,16 @@ import pytest
 
 from rope_lab.config import TrialConfig, from_dict, replace, validate
 from rope_lab.model.decode import (
+    PROGRAMS,
     PROTOCOLS,
     decode_step,
     generate,
+    generate_padded,
     init_cache,
     prefill,
+    prefill_padded,
     slots,
+    step_encodings,
 )
 from rope_lab.model.factory import make_model
 from rope_lab.model.transformer import trainable, with_scaling, with_temperature
@@ -237,3 +241,84 @@ def test_raw_prefill_holds_keys_before_rotation():
         np.abs(np.asarray(raw.layers[0].k[..., 1:6, :] - rotated.layers[0].k[..., 1:6, :])).max()
         > 1e-3
     )
+
+
+# ------------------------------------------------------------ one program for every length
+
+MAX_STEPS = 8
+# (prompt length, answer length): a one-token answer, a prompt that fills the window, one that
+# wraps it, and answers past L_train = 8 where dynamic NTK changes the frequencies every step
+PADDED_CASES = [(3, 1), (5, 4), (9, 8)]
+# what pads a prompt to the capacity: other tokens, which a causal prefix never reads
+PADS = jnp.concatenate([jnp.flip(TOKENS), TOKENS])[:CAPACITY].astype(jnp.int32)
+
+
+def _jitted_generate_padded():
+    """`generate_padded` jitted with a compilation cache of its own (jax caches per function)."""
+    return eqx.filter_jit(lambda *args, **kwargs: generate_padded(*args, **kwargs))
+
+
+@pytest.mark.slow  # ~12-45 s each on 2 cores: a program per length for the reference
+@pytest.mark.parametrize("protocol", [None, *PROTOCOLS])
+def test_padded_generation_equals_the_per_length_programs(protocol):
+    """Prompts right-padded to one capacity, their lengths and the answer lengths traced: the
+    tokens `generate` gives at each prompt length (a sliding-window kind that wraps its ring
+    buffer; dynamic NTK, whose frequencies follow the length, under each protocol; None: the
+    model as given), logits to float32 rounding, zeros past the answer, whatever the pads
+    hold; one compiled program for every length."""
+    model = jittered(make_model(layered([{"window": 3}, {}], depth=2)))
+    run = _jitted_generate_padded()
+    program = PROGRAMS[protocol or "prefill_fixed"]
+    per_length = jax.jit(generate, static_argnums=(2, 3), static_argnames=("protocol", "scaling"))
+    for p, steps in PADDED_CASES:
+        prompt = TOKENS[:p]
+        buffer = PADS.at[:p].set(prompt)
+        if protocol is None:
+            want_tokens, want_logits = per_length(model, prompt, steps, CAPACITY)
+            encodings = None
+        else:
+            want_tokens, want_logits = per_length(
+                model, prompt, steps, CAPACITY, protocol=protocol, scaling=DYNAMIC
+            )
+            encodings = step_encodings(model, DYNAMIC, protocol, p, steps, MAX_STEPS)
+        lengths = jnp.asarray(p, jnp.int32), jnp.asarray(steps, jnp.int32)
+        tokens, logits = run(
+            model, buffer, *lengths, MAX_STEPS, program=program, encodings=encodings
+        )
+        np.testing.assert_array_equal(np.asarray(tokens[:steps]), np.asarray(want_tokens))
+        assert (np.asarray(tokens[steps:]) == 0).all() and (np.asarray(logits[steps:]) == 0).all()
+        np.testing.assert_allclose(logits[:steps], want_logits, rtol=2e-5, atol=2e-5)
+    assert run._cached._cache_size() == 1
+
+
+def test_padded_prefill_holds_the_prompts_cache():
+    """The cache of a padded prefill equals `prefill`'s of the prompt alone, slot by slot
+    (a windowed kind keeps the prompt's last `window` tokens, not the pads')."""
+    model = jittered(make_model(layered([{"window": 3}, {}], depth=2)))
+    padded = jax.jit(prefill_padded)
+    for p in (7,):  # the window wraps: slots hold tokens 6, 4, 5
+        _, want = jax.jit(prefill, static_argnums=2)(model, TOKENS[:p], CAPACITY)
+        _, got = padded(model, PADS.at[:p].set(TOKENS[:p]), jnp.int32(p))
+        assert int(got.length) == p
+        for g, w in zip(got.layers, want.layers, strict=True):
+            np.testing.assert_array_equal(g.index, w.index)
+            np.testing.assert_array_equal(g.position, w.position)
+            np.testing.assert_allclose(g.k, w.k, rtol=2e-5, atol=2e-6)
+            np.testing.assert_allclose(g.v, w.v, rtol=2e-5, atol=2e-6)
+
+
+def test_prefill_fixed_and_stale_share_one_program():
+    """prefill_fixed is per_step_stale with one scaling everywhere: with the encodings as
+    arguments both run in one compiled program, as do other scalings of the same shapes."""
+    model = _rope_model()
+    run = _jitted_generate_padded()
+    buffer = PADS.at[:6].set(TOKENS[:6])
+    for protocol, scaling in [
+        ("prefill_fixed", DYNAMIC),
+        ("per_step_stale", DYNAMIC),
+        ("prefill_fixed", ("yarn", 2.0, None)),
+    ]:
+        enc = step_encodings(model, scaling, protocol, 6, 4, MAX_STEPS)
+        run(model, buffer, jnp.int32(6), jnp.int32(4), MAX_STEPS, program="cached", encodings=enc)
+    assert run._cached._cache_size() == 1
+    assert {PROGRAMS[p] for p in PROTOCOLS} == {"cached", "recompute", "full"}

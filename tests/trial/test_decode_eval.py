@@ -11,7 +11,13 @@ from rope_lab.config import ConfigError, replace, validate
 from rope_lab.model.factory import make_model
 from rope_lab.registry import TASKS
 from rope_lab.tasks import sample_batch, task_from_config
-from rope_lab.trial.decode_eval import DECODE, answer_length, decode_rows, decode_scores
+from rope_lab.trial.decode_eval import (
+    DECODE,
+    answer_length,
+    compiled_programs,
+    decode_rows,
+    decode_scores,
+)
 from rope_lab.trial.scaling_plan import Scaling
 from tests.helpers import tiny_trial
 from tests.model.test_decode import jittered
@@ -187,3 +193,38 @@ def test_max_new_tokens_scores_only_the_tokens_generated():
     assert right[::2].all()
     with pytest.raises(ConfigError, match=r"eval.decode.max_new_tokens: must be >= 1"):
         validate(replace(tiny_trial(), **{"eval.decode.max_new_tokens": 0}))
+
+
+@pytest.mark.slow  # ~30-60 s on 2 cores: the reference compiles a program per length and protocol
+def test_one_capacity_gives_the_rows_of_per_length_programs():
+    """Every length decoded at the longest one's capacity and answer length (copy: the answer
+    grows with the length) gives the rows of one program per length, under the model as
+    trained and under dynamic NTK with each protocol, in 2 compiled programs (prefill_fixed,
+    per_step_stale and the length-independent scaling share one; per_step_full has its own)
+    instead of 2 lengths x (1 + 3)."""
+    base = tiny_trial(
+        "rope", width=16, head_dim=4, length=8, task="copy",
+        task_params=(("segment_fraction", 0.5),),
+    )  # fmt: skip
+    cfg = validate(replace(base, **{"eval.batch_size": 4, "eval.length_multipliers": (1.0, 2.0)}))
+    model = jittered(make_model(cfg))
+    task = task_from_config(cfg.task)
+    protocols = ("prefill_fixed", "per_step_stale", "per_step_full")
+    scalings = (Scaling("default", 1.0), Scaling("dynamic", 2.0))
+    before = compiled_programs()
+    rows = {
+        padded: [
+            row
+            for s in scalings
+            for row in decode_rows(
+                model, task, cfg, step=0, scaling=s, protocols=protocols, padded=padded
+            )
+        ]
+        for padded in (False, True)
+    }
+    after = compiled_programs()
+    assert rows[True] == rows[False]
+    assert [r["length"] for r in rows[True]] == [8, 16] + [8] * 3 + [16] * 3
+    assert 0 < sum(r["accuracy"] for r in rows[True]) < len(rows[True])  # not all right or wrong
+    assert after["padded"] - before["padded"] == 2
+    assert after["per_length"] - before["per_length"] == 2 * (1 + 3)
