@@ -6,7 +6,8 @@ import math
 
 from rope_lab.config import TrialConfig
 from rope_lab.ntk.plan import gradient_passes, outputs_per_row
-from rope_lab.sweep.spec import SweepSpec, axis_assignments, format_value
+from rope_lab.runtime.device_share import memory_fraction
+from rope_lab.sweep.spec import Resources, SweepSpec, axis_assignments, format_value
 from rope_lab.trial.packing import plan_packs
 from rope_lab.trial.scaling_plan import finetune_scalings, scalings_for
 from rope_lab.trial.stage_plan import trial_stages
@@ -235,6 +236,46 @@ def _memory(trial: TrialConfig, n_params: int, attention: bool) -> dict[str, int
     }
 
 
+def trial_devices(trial: TrialConfig, resources: Resources) -> dict:
+    """What a trial's tasks ask for and train on. `gpus`: `resources.num_gpus`; `per_gpu`: how
+    many trials share one GPU (1 / num_gpus, rounded down, for a share; None otherwise);
+    `memory_fraction`: the share of its memory each of their JAX processes may preallocate
+    (`device_share.memory_fraction`; None: JAX's default); `train_devices`: the devices the
+    train step spreads its batch over (`train.devices`, else what the worker sees: the whole
+    GPUs it asked for, one GPU for a share, None for every local device of a CPU worker);
+    `sharded`: parameters and optimiser state split over them (`train.shard_params`, FSDP);
+    `problem`: why the trial cannot train as asked (None when it can)."""
+    gpus = resources.num_gpus
+    visible = None if gpus == 0 else max(1, int(gpus))  # a share sees one GPU
+    asked = trial.train.devices
+    problem = None
+    if asked is not None and visible is not None and asked > visible:
+        problem = f"train.devices {asked} > the {visible} GPU(s) a worker sees"
+    train_devices = asked if asked is not None else visible
+    if trial.train.shard_params and train_devices == 1:
+        problem = problem or "shard_params over one device splits nothing"
+    return {
+        "gpus": gpus,
+        "per_gpu": math.floor(round(1 / gpus, 9)) if 0 < gpus < 1 else None,
+        "memory_fraction": memory_fraction(gpus),
+        "train_devices": train_devices,
+        "sharded": trial.train.shard_params,
+        "problem": problem,
+    }
+
+
+def _device_cells(devices: dict) -> list[str]:
+    """The plan's `GPU` cell (GPUs a task asks for: '0.25 (mem 0.22)' / '2' / '0') and `DP`
+    cell (the devices training spreads over: '1', '2 FSDP', 'all' for a CPU worker's local
+    devices); '!' marks a problem, listed after the table."""
+    gpus = f"{devices['gpus']:g}"
+    if devices["memory_fraction"] is not None:
+        gpus += f" (mem {devices['memory_fraction']:.2f})"
+    n = devices["train_devices"]
+    train = ("all" if n is None else str(n)) + (" FSDP" if devices["sharded"] else "")
+    return [gpus, train + (" !" if devices["problem"] else "")]
+
+
 def _layout(trial: TrialConfig) -> str:
     """A layer layout as its kinds' short names, 'rope.w8 | none' ('-' without one)."""
     return " | ".join(layer.slug(trial.model) for layer in trial.model.layers) or "-"
@@ -245,11 +286,16 @@ def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
 
     Columns: the swept values, parameters (all, and non-embedding: `estimate_cost`), the
     receptive field (RF, tokens; only when a trial's family has one: the CNN; '-' for
-    attention), the pack (only with `pack_seeds`: `p1`, `p2`, ... for the trials trained as
+    attention), the devices (`trial_devices`: GPU, those a task asks for, with the memory
+    share of a shared GPU; DP, the devices training spreads over, FSDP when parameters are
+    sharded), the
+    pack (only with `pack_seeds`: `p1`, `p2`, ... for the trials trained as
     one program, `-` for one trained alone; `rope_lab.trial.packing.plan_packs`), stages,
     tokens, FLOPs, CPU time, evaluation memory and the decoding cache at the longest length
     (`_memory`; the total line shows the largest). With `pack_seeds`, lines after the table
-    list each pack's seeds and trials and why the others train alone.
+    list each pack's seeds and trials and why the others train alone; a devices line says
+    what each task asks Ray for and how trials share a GPU, and lists any trial that cannot
+    train as asked.
 
     CPU time is total FLOPs / `flops_per_s` (sustained); it ignores compilation and per-step
     overhead, which dominate tiny models.
@@ -266,7 +312,7 @@ def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
     }
     header = [
         "trial", *heads, "params", "non-emb", *(["RF"] if windowed else []),
-        *(["pack"] if spec.pack_seeds else []), "stages",
+        "GPU", "DP", *(["pack"] if spec.pack_seeds else []), "stages",
         "train tok", "eval tok", "NTK FLOPs", "FLOPs", "CPU time", "eval mem", "KV cache",
     ]  # fmt: skip
     summed = ("stages", "train_tokens", "eval_tokens", "ntk_flops", "total_flops")
@@ -280,6 +326,7 @@ def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
         return [_si(cost["eval_memory_bytes"]) + "B", _si(cost["kv_cache_bytes"]) + "B"]
 
     rows = []
+    problems: list[str] = []
     peak: dict[str, int] = {}
     for trial in spec.trials:
         cost = estimate_cost(trial)
@@ -291,11 +338,15 @@ def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
         params = [_si(cost["n_params"]), _si(cost["n_params_non_embedding"])]
         if windowed:
             params.append(str(cost["receptive_field"] or "-"))
+        devices = trial_devices(trial, spec.resources)
+        params += _device_cells(devices)
+        if devices["problem"]:
+            problems.append(f"  ! {trial.trial_id}: {devices['problem']}")
         if spec.pack_seeds:
             params.append(pack_of.get(trial.trial_id, "-"))
         rows.append([trial.trial_id, *values, *params, *numbers(cost), *memory(cost)])
         peak = {k: max(peak.get(k, 0), cost[k]) for k in ("eval_memory_bytes", "kv_cache_bytes")}
-    blank = [""] * (len(keys) + 2 + windowed + spec.pack_seeds)
+    blank = [""] * (len(keys) + 4 + windowed + spec.pack_seeds)
     total = [f"total ({len(spec.trials)} trials)", *blank, *numbers(totals), *memory(peak)]
     widths = [max(len(r[i]) for r in [header, *rows, total]) for i in range(len(header))]
 
@@ -311,7 +362,28 @@ def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
         f"{flops_per_s / 1e9:g} GFLOP/s sustained (compilation not included)"
     )
     return "\n".join(
-        [intro, line(header), rule, *map(line, rows), rule, line(total), *_packing(packs)]
+        [
+            intro, line(header), rule, *map(line, rows), rule, line(total),
+            _resources_line(spec.resources, spec.pack_seeds), *problems, *_packing(packs),
+        ]
+    )  # fmt: skip
+
+
+def _resources_line(resources: Resources, packing: bool) -> str:
+    """What each task asks Ray for, and how trials share a GPU."""
+    gpus = resources.num_gpus
+    text = f"devices: each task asks for {resources.num_cpus:g} CPU and {gpus:g} GPU"
+    fraction = memory_fraction(gpus)
+    if fraction is not None:
+        share = math.floor(round(1 / gpus, 9))
+        text += (
+            f"; {share} trials share a GPU, each JAX process preallocating at most "
+            f"{fraction:.2f} of its memory (XLA_PYTHON_CLIENT_MEM_FRACTION)"
+        )
+    elif gpus >= 1:
+        text += "; train.devices (default: all of them) is the data-parallel width"
+    return text + (
+        "; a pack trains its seeds in one task, on one task's resources" if packing else ""
     )
 
 

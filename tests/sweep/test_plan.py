@@ -142,13 +142,14 @@ def test_plan_table_shows_stages_and_ntk_flops() -> None:
     assert header.index("stages") < header.index("NTK FLOPs") < header.rindex(" FLOPs")
     rope = next(line for line in lines if line.startswith("passkey-rope"))
     alibi = next(line for line in lines if line.startswith("passkey-alibi"))
-    assert (cell(rope, "stages"), cell(alibi, "stages"), cell(lines[-1], "stages")) == (
+    total = next(line for line in lines if line.startswith("total ("))
+    assert (cell(rope, "stages"), cell(alibi, "stages"), cell(total, "stages")) == (
         "4",
         "2",
         "6",
     )
     assert cell(rope, "NTK FLOPs") == "407M"  # 406_650_880, as counted by hand above
-    assert lines[-1].startswith("total (2 trials)")
+    assert total.startswith("total (2 trials)") and lines[-1].startswith("devices: ")
 
 
 def test_text_protocols_count_every_window_of_the_held_out_text(tmp_path) -> None:
@@ -215,3 +216,73 @@ def test_text_protocols_count_the_windows_of_a_token_corpus(tmp_path) -> None:
         )
     )
     assert [eval_sequences(trial, n) for n in (16, 32)] == [8, 4]
+
+
+def _cells(text: str, columns: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """Per trial line, its cells under `columns` (cells may hold spaces: cut by position)."""
+    lines = text.splitlines()
+    header = lines[1]
+    bounds = {c: (header.index(f" {c}"), header.index(f" {c}") + len(c) + 1) for c in columns}
+    out = {}
+    for line in lines[3:]:
+        if line.startswith("-"):
+            break
+        out[line.split()[0]] = tuple(line[: bounds[c][1]].split("  ")[-1].strip() for c in columns)
+    return out
+
+
+def test_plan_shows_devices_shares_and_packs() -> None:
+    """Planned on paper: a sweep of quarter GPUs (4 trials a GPU, each JAX process allowed
+    0.9 x 0.25 = 0.22 of its memory), two seeds packed into one program, and the same trials
+    with sharded parameters (trained alone; FSDP over the one GPU a share sees splits
+    nothing, flagged; `shard_params` is left out of trial ids, so the sharded trials are
+    the ALiBi ones); then whole GPUs: 2 per trial, data parallel over both with FSDP, and a
+    trial asking for more devices than it gets (flagged)."""
+    spec = parse_spec(
+        {
+            "name": "t",
+            "base": BASE,
+            "grid": {"train.seed": [0, 1]},
+            "zip": [
+                {"model.position.kind": ["rope", "alibi"], "train.shard_params": [False, True]}
+            ],
+            "pack_seeds": True,
+            "resources": {"num_cpus": 2, "num_gpus": 0.25},
+        }
+    )
+    text = plan_table(spec)
+    cells = _cells(text, ("GPU", "DP", "pack"))
+    by_sharding = {}
+    for trial in spec.trials:
+        by_sharding.setdefault(trial.train.shard_params, set()).add(cells[trial.trial_id])
+    assert by_sharding == {
+        False: {("0.25 (mem 0.22)", "1", "p1")},
+        True: {("0.25 (mem 0.22)", "1 FSDP !", "-")},
+    }
+    assert (
+        "devices: each task asks for 2 CPU and 0.25 GPU; 4 trials share a GPU, each JAX "
+        "process preallocating at most 0.22 of its memory (XLA_PYTHON_CLIENT_MEM_FRACTION); "
+        "a pack trains its seeds in one task, on one task's resources"
+    ) in text
+    assert text.count("shard_params over one device splits nothing") == 2
+    assert (
+        "packed seeds: 2 trials train in 1 packs (one vmapped program each, on one task's " in text
+    )
+    assert text.count("train.shard_params (a pack trains on one device)") == 2
+
+    wide = parse_spec(
+        {
+            "name": "w",
+            "base": BASE | {"train": BASE["train"] | {"shard_params": True}},
+            "zip": [{"model.position.kind": ["rope", "alibi"], "train.devices": [2, 4]}],
+            "resources": {"num_gpus": 2},
+        }
+    )
+    text = plan_table(wide)
+    cells = _cells(text, ("GPU", "DP"))
+    assert sorted(cells.values()) == [("2", "2 FSDP"), ("2", "4 FSDP !")]
+    assert "train.devices 4 > the 2 GPU(s) a worker sees" in text
+    assert "devices: each task asks for 1 CPU and 2 GPU; train.devices" in text
+    assert "pack" not in text
+    cpu = _cells(plan_table(parse_spec({"name": "c", "base": BASE})), ("GPU", "DP"))
+    assert set(cpu.values()) == {("0", "all")}
