@@ -757,8 +757,11 @@ def remap_positions(case: Case) -> tuple[int, ...]:
 def remap_rule(case: Case) -> Any:
     """The resolved position sets of a remap case (`Remap.rule`)."""
     from rope_lab.model.rope import scaling_config
+    from rope_lab.model.scalings.remaps import Remap
 
-    return scaling_config(case.method, **case.params).rule(case.factor, case.original_length)
+    method = scaling_config(case.method, **case.params)
+    assert isinstance(method, Remap)
+    return method.rule(case.factor, case.original_length)
 
 
 @table(

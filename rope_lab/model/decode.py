@@ -39,6 +39,7 @@ from jaxtyping import Array, Float, Int
 from rope_lab.config import DECODE_PROTOCOLS
 from rope_lab.model.attention import attend, attend_keys
 from rope_lab.model.positions import PositionEncoding
+from rope_lab.model.positions.remapped import RemappedRotary
 from rope_lab.model.transformer import Block, Transformer, with_scaling
 
 PROTOCOLS: Final = DECODE_PROTOCOLS
@@ -75,22 +76,42 @@ def slots(model: Transformer, capacity: int) -> tuple[int, ...]:
     )
 
 
-def init_cache(model: Transformer, capacity: int, dtype=None) -> KVCache:
-    """An empty cache for up to `capacity` tokens."""
+def init_cache(model: Transformer, capacity: int, dtype=None, *, raw_keys: bool = False) -> KVCache:
+    """An empty cache for up to `capacity` tokens. Under a relative-position remap a kind's
+    keys are cached once per position set (`position_sets`: each set's key positions depend
+    on the key alone), folded into the head axis (S KV heads); `raw_keys` (keys before
+    rotation, rotated at every step) caches them once."""
     cfg = model.config
     pattern = cfg.pattern
     repeats, heads, dh = cfg.depth // len(pattern), cfg.n_kv_heads, cfg.d_head
     dtype = model.embedding.dtype if dtype is None else dtype
     layers = tuple(
         LayerCache(
-            k=jnp.zeros((repeats, heads, c, dh), dtype),
+            k=jnp.zeros((repeats, heads * (1 if raw_keys else sets), c, dh), dtype),
             v=jnp.zeros((repeats, heads, c, dh), dtype),
             index=jnp.full((c,), -1, jnp.int32),
             position=jnp.zeros((c,), jnp.int32),
         )
-        for c in slots(model, capacity)
+        for c, sets in zip(slots(model, capacity), position_sets(model), strict=True)
     )
     return KVCache(layers, jnp.zeros((), jnp.int32))
+
+
+def position_sets(model: Transformer) -> tuple[int, ...]:
+    """Per layer kind, the position sets its encoding rotates keys in (1 without a remap)."""
+    kinds = range(len(model.config.pattern))
+    encodings = (model.encoding_of(i) for i in kinds)
+    return tuple(e.sets.n_sets if isinstance(e, RemappedRotary) else 1 for e in encodings)
+
+
+def _fold(k: Array) -> Array:
+    """Keys of S position sets (S, KV, L, Dh) as S KV heads (S KV, L, Dh); others as given."""
+    return k.reshape(-1, *k.shape[-2:]) if k.ndim == 4 else k
+
+
+def _unfold(k: Array, sets: int) -> Array:
+    """The inverse of `_fold` for `sets` position sets."""
+    return k if sets == 1 else k.reshape(sets, -1, *k.shape[-2:])
 
 
 def _blocks(model: Transformer) -> tuple[Block, Block]:
@@ -127,7 +148,7 @@ def prefill(
     if n > capacity:
         raise ValueError(f"prompt of {n} tokens does not fit a cache of capacity {capacity}")
     positions = jnp.arange(n, dtype=jnp.int32) if positions is None else positions
-    cache = init_cache(model, capacity)
+    cache = init_cache(model, capacity, raw_keys=raw_keys)
     x, kv = _forward_keeping_kv(model, tokens, positions, raw_keys)
     layers = []
     for (k, v), layer in zip(kv, cache.layers, strict=True):
@@ -150,7 +171,8 @@ def _forward_keeping_kv(
     model: Transformer, tokens: Int[Array, " L"], positions: Int[Array, " L"], raw_keys: bool
 ) -> tuple[Float[Array, "L D"], tuple]:
     """The last block's output (L, D) over `tokens` and, per layer kind, the keys (before
-    rotation with `raw_keys`) and values (R, KV, L, Dh) of its R repeats."""
+    rotation with `raw_keys`; under a remap S KV heads, `_fold`) and values (R, KV, L, Dh) of
+    its R repeats."""
     pattern = model.config.pattern
     params, static = _blocks(model)
     x = model.embed(tokens, positions)
@@ -162,7 +184,7 @@ def _forward_keeping_kv(
             enc = model.encoding_of(i)
             a = block.attn
             q, k, v = a.project(block.attn_norm(h), positions, _unrotated(enc, raw_keys))
-            cached = k
+            cached = _fold(k)
             if raw_keys:
                 q, k = _rotate_heads(enc, q, k, positions, positions)
             rows = a.row_scale(positions, kind, model.temperature)
@@ -193,7 +215,8 @@ def prefill_padded(
     n = jnp.asarray(length, jnp.int32)
     x, kv = _forward_keeping_kv(model, buffer, positions, raw_keys)
     layers = []
-    for (k, v), layer in zip(kv, init_cache(model, c_total).layers, strict=True):
+    empty = init_cache(model, c_total, raw_keys=raw_keys).layers
+    for (k, v), layer in zip(kv, empty, strict=True):
         c = layer.index.shape[0]
         s = jnp.arange(c, dtype=jnp.int32)
         held = s + c * ((n - 1 - s) // c)  # the last token i < n with i % c == s; < 0: none
@@ -231,6 +254,7 @@ def decode_step(
     n = cache.length
     position = jnp.asarray(n if position is None else position, jnp.int32)
     pattern = model.config.pattern
+    sets = (1,) * len(pattern) if rotate_cache else position_sets(model)
     params, static = _blocks(model)
     x = model.embed(token[None], position[None])
     # slot bookkeeping, the same for every repeat of a kind; `shift` orders slots oldest first
@@ -251,9 +275,10 @@ def decode_step(
             a = block.attn
             slot, shift, _, _, ordered_index, ordered_pos = books[i]
             q, k, v = a.project(block.attn_norm(h), position[None], _unrotated(enc, rotate_cache))
-            ks = r_kv[i][0].at[:, slot].set(k[:, 0].astype(r_kv[i][0].dtype))
+            ks = r_kv[i][0].at[:, slot].set(_fold(k)[:, 0].astype(r_kv[i][0].dtype))
             vs = r_kv[i][1].at[:, slot].set(v[:, 0].astype(r_kv[i][1].dtype))
             kk, vv = jnp.roll(ks, -shift, axis=1), jnp.roll(vs, -shift, axis=1)
+            kk = _unfold(kk, sets[i])
             if rotate_cache:
                 q, kk = _rotate_heads(enc, q, kk, position[None], ordered_pos)
             # a windowed kind's ring buffer holds only its window: empty slots are all it hides
@@ -300,10 +325,11 @@ def _unrotated(encoding: PositionEncoding, raw: bool) -> PositionEncoding:
 def _rotate_heads(
     encoding: PositionEncoding, q: Array, k: Array, q_pos: Array, k_pos: Array
 ) -> tuple[Array, Array]:
-    """Rotate heads-major queries (H, Lq, Dh) and keys (H, Lk, Dh) at their positions."""
+    """Rotate heads-major queries (H, Lq, Dh) and keys (H, Lk, Dh) at their positions (under a
+    remap: (S, H, L, Dh), one rotation per position set)."""
     qr, _ = encoding.rotate(q.transpose(1, 0, 2), q.transpose(1, 0, 2), q_pos)
     _, kr = encoding.rotate(k.transpose(1, 0, 2), k.transpose(1, 0, 2), k_pos)
-    return qr.transpose(1, 0, 2), kr.transpose(1, 0, 2)
+    return jnp.swapaxes(qr, -3, -2), jnp.swapaxes(kr, -3, -2)
 
 
 def encodings_by_length(
@@ -576,6 +602,7 @@ __all__ = [
     "generate",
     "generate_padded",
     "init_cache",
+    "position_sets",
     "prefill",
     "prefill_padded",
     "slots",

@@ -29,7 +29,12 @@ import numpy as np
 
 from rope_lab.config import ANY_PROTOCOL, TrialConfig, freeze, thaw
 from rope_lab.model.decode import PROGRAMS, generate, generate_padded, step_encodings
-from rope_lab.model.transformer import Transformer, log_length_temperature, with_temperature
+from rope_lab.model.transformer import (
+    Transformer,
+    log_length_temperature,
+    with_scaling,
+    with_temperature,
+)
 from rope_lab.registry import SCALINGS
 from rope_lab.tasks import Task
 from rope_lab.trial.scaling_plan import NO_SCALING, TEMPERATURE, Scaling, scalings_for
@@ -206,9 +211,13 @@ def _decoded(
     model: Transformer, cfg: TrialConfig, scaling: Scaling, length: int
 ) -> tuple[Transformer, tuple[str, float, dict | None] | None]:
     """The model to decode sequences of `length` with, and the RoPE scaling `generate` applies
-    under its protocol (None: the model as it is)."""
+    under its protocol (None: the model as it is). A relative-position remap is applied here:
+    it is one program whatever the length (its cache holds the keys of each position set)."""
     if scaling.method == NO_SCALING:
         return model, None
+    if SCALINGS[scaling.method].remaps:
+        params = thaw(scaling.params)
+        return with_scaling(model, scaling.method, scaling.factor, params, seq_len=length), None
     if scaling.method == TEMPERATURE:
         trained = scalings_for(cfg)[0]
         base, rope = _decoded(model, cfg, trained, length)

@@ -322,3 +322,31 @@ def test_prefill_fixed_and_stale_share_one_program():
         run(model, buffer, jnp.int32(6), jnp.int32(4), MAX_STEPS, program="cached", encodings=enc)
     assert run._cached._cache_size() == 1
     assert {PROGRAMS[p] for p in PROTOCOLS} == {"cached", "recompute", "full"}
+
+
+# Every relative-position remap at windows small enough that the 14 tokens cross them.
+REMAP_PARAMS = {
+    "rerope": (1.0, {"window": 3}),
+    "leaky_rerope": (4.0, {"window": 3}),
+    "self_extend": (2.0, {"window": 3}),
+    "dual_chunk": (1.0, {"chunk_size": 5, "local_window": 2}),
+    "string": (1.0, {"shift": 4, "local_window": 1}),
+}
+
+
+@pytest.mark.parametrize(
+    "method",
+    [m if m == "dual_chunk" else pytest.param(m, marks=pytest.mark.slow) for m in REMAP_PARAMS],
+)
+def test_a_remap_decodes_as_it_forwards(method):
+    """The cache holds the keys rotated once per position set (S KV heads, here 2 or 3 x 2),
+    and each cached step equals the full forward's row, with a sliding-window kind too."""
+    factor, params = REMAP_PARAMS[method]
+    for cfg in (trial(), layered([{"window": 4}, {}])):
+        base = jittered(make_model(cfg))
+        model = with_scaling(base, method, factor, params, seq_len=TOTAL)
+        sets = model.encoding_of(0).sets.n_sets
+        cache = init_cache(model, CAPACITY)
+        assert cache.layers[0].k.shape[1] == sets * model.config.n_kv_heads
+        assert_equals_teacher_forcing(model, TOKENS)
+        assert np.abs(np.asarray(base(TOKENS)) - np.asarray(model(TOKENS))).max() > 1e-4
