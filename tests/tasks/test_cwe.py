@@ -30,8 +30,8 @@ def example(text_path: str) -> CommonWordsTask:
 
 
 def tiny_params(text_path: str) -> dict[str, Any]:
-    """Parameters for 8-token trials at vocabulary 256: one word to return."""
-    return {"num_common": 1}
+    """Parameters for 8-token trials at vocabulary 24 or 256: one word to return."""
+    return {"num_common": 1, "word_vocab": 8}
 
 
 def most_common(row: np.ndarray, k: int, word_vocab: int = 32) -> list[int]:

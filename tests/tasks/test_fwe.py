@@ -27,8 +27,8 @@ def example(text_path: str) -> FrequentWordsTask:
 
 
 def tiny_params(text_path: str) -> dict[str, Any]:
-    """Parameters for 8-token trials at vocabulary 256: one word to return."""
-    return {"num_frequent": 1}
+    """Parameters for 8-token trials at vocabulary 24 or 256: one word to return."""
+    return {"num_frequent": 1, "word_vocab": 8}
 
 
 def check_fwe(task: FrequentWordsTask, tokens, targets, mask) -> None:

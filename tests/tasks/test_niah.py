@@ -38,8 +38,8 @@ def example(text_path: str) -> NeedleTask:
 
 
 def tiny_params(text_path: str) -> dict[str, Any]:
-    """Parameters for 8-token trials at vocabulary 256: a single needle of one token."""
-    return {"value_length": 1}
+    """Parameters for 8-token trials at vocabulary 24 or 256: a single needle of one token."""
+    return {"value_length": 1, "key_vocab": 4, "value_vocab": 4}
 
 
 def parse(task: NeedleTask, row: np.ndarray) -> dict:

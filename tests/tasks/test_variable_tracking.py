@@ -33,8 +33,8 @@ def example(text_path: str) -> VariableTrackingTask:
 
 
 def tiny_params(text_path: str) -> dict[str, Any]:
-    """Parameters for 8-token trials at vocabulary 256: one chain of one hop."""
-    return {"num_hops": 1, "num_chains": 1}
+    """Parameters for 8-token trials at vocabulary 24 or 256: one chain of one hop."""
+    return {"num_hops": 1, "num_chains": 1, "var_vocab": 4, "value_vocab": 4}
 
 
 def resolve(task: VariableTrackingTask, row: np.ndarray) -> list[int]:
