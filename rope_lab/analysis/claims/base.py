@@ -121,6 +121,8 @@ class Evidence:
         with
         buckets; and its decode rows) and :func:`rope_lab.analysis.query.ntk_table`; only finished
         trials (status ``done``) count."""
+        if "depth" in eval_rows.columns:  # rows at a set needle depth (eval.depths) repeat lengths
+            eval_rows = eval_rows.filter(pl.col("depth").is_null())
         split = several_corpora(eval_rows)
         frame = _annotate(eval_rows, trained=trained_expr(eval_rows.columns), split=split)
         whole = frame.filter(pl.col("position_bucket").is_null())

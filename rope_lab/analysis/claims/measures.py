@@ -1,12 +1,17 @@
-"""Per-trial quantities claims compare: loss past L_train, its rise over the loss at L_train.
+"""Per-trial quantities claims compare: loss past L_train, its rise over the loss at L_train,
+and how far a trial keeps its score (RULER's effective length, and the longest length kept
+relative to the score at L_train).
 
 Each returns one row per trial: ``trial_id``, ``variant``, ``train.seed``, ``value``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import polars as pl
 
+from rope_lab.analysis import length_report as lr
 from rope_lab.analysis.claims.base import Evidence
 
 KEYS = ["trial_id", "variant", "train.seed"]
@@ -76,3 +81,74 @@ def ratio_at_most(ev: Evidence, task: str, limit: float) -> float | None:
     """The largest evaluated ratio > 1 and <= ``limit``, or None."""
     fitting = [r for r in ratios(ev, task) if 1 < r <= limit]
     return max(fitting) if fitting else None
+
+
+LOWER_IS_BETTER = frozenset({"loss", "perplexity", "bits_per_byte", "error_rate"})
+
+
+def _length_measure(
+    ev: Evidence,
+    task: str,
+    rows: pl.Expr | None,
+    metric: str,
+    bar_of: Callable[[float | None], float | None],
+    *,
+    from_train: bool,
+) -> pl.DataFrame:
+    """Per trial (and method, factor): `lr.effective_length` of ``metric`` over its evaluated
+    lengths (from L_train when ``from_train``, else from the shortest) with the bar
+    ``bar_of(its value at L_train)``, divided by L_train (null where none meets the bar)."""
+    keys = [*KEYS, "method", "factor"]
+    lower = metric in LOWER_IS_BETTER
+    frame = _scoped(ev.eval, task, rows)
+    out: list[dict] = []
+    for key, part in frame.group_by(keys, maintain_order=True):
+        lengths = part.get_column("length").to_list()
+        values = part.get_column(metric).cast(pl.Float64).to_list()
+        train = int(part.get_column("train.length")[0])
+        bar = bar_of(dict(zip(lengths, values, strict=True)).get(train))
+        start = train if from_train else 0
+        length = lr.effective_length(lengths, values, bar=bar, lower=lower, start=start)
+        value = None if length is None else length / train
+        out.append({**dict(zip(keys, key, strict=True)), "value": value})
+    return pl.DataFrame(out, schema={**{k: frame.schema[k] for k in keys}, "value": pl.Float64})
+
+
+def effective_length(
+    ev: Evidence,
+    task: str,
+    threshold: float = lr.THRESHOLD,
+    rows: pl.Expr | None = None,
+    metric: str = "accuracy",
+) -> pl.DataFrame:
+    """RULER's effective length per trial, in units of L_train (the sweep summary's
+    ``effective_length`` / L_train): the longest evaluated length up to which every evaluated
+    length, from the shortest, has ``metric`` >= ``threshold`` (an absolute bar; a loss, from
+    L_train: <= its value at L_train / ``threshold``). One row per trial (and method, factor);
+    ``value`` null where the first length checked misses the bar."""
+    lower = metric in LOWER_IS_BETTER
+
+    def bar(at_train: float | None) -> float | None:
+        return lr.effective_bar(lower, at_train, threshold)
+
+    return _length_measure(ev, task, rows, metric, bar, from_train=lower)
+
+
+def longest_kept(
+    ev: Evidence,
+    task: str,
+    threshold: float = lr.THRESHOLD,
+    rows: pl.Expr | None = None,
+    metric: str = "accuracy",
+) -> pl.DataFrame:
+    """The sweep summary's ``longest_kept`` per trial, in units of L_train: the longest length
+    from L_train up to which every evaluated length keeps ``metric`` >= ``threshold`` x its
+    value at L_train (a loss: <= that value / ``threshold``); null without a value at L_train."""
+    lower = metric in LOWER_IS_BETTER
+
+    def bar(at_train: float | None) -> float | None:
+        if at_train is None:
+            return None
+        return at_train / threshold if lower else at_train * threshold
+
+    return _length_measure(ev, task, rows, metric, bar, from_train=True)
