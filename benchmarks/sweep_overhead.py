@@ -4,6 +4,7 @@ persistent compilation cache (empty), again into a new folder with that cache wa
 without a cache, and rerun once finished.
 
     .venv/bin/python -m benchmarks.sweep_overhead [--trials 8] [--no-nocache]
+    .venv/bin/python -m benchmarks.sweep_overhead --padding   # cold, padding off vs on
 
 Every number comes from the stages' own phase timers (`rope_lab.runtime.timing`) and the driver's
 submission times, all in the same runs.
@@ -136,16 +137,79 @@ def table(summary: SweepSummary) -> tuple[str, dict[str, float]]:
     return markdown_table(header, rows), sums
 
 
+def fixed_costs(summary: SweepSummary) -> list[float]:
+    """Per trial, compile + io + other seconds (the cost that does not grow with steps)."""
+    return [sum(breakdown(stages)[c] for c in OVERHEAD) for stages in summary.stages.values()]
+
+
+def padding_comparison(spec, spec_path: str) -> None:
+    """The spec cold (empty persistent cache each) with every evaluation length and NTK probe
+    set padded to one program (`eval.pad_to_longest`, `ntk.pad_to_longest`, as smoke.yaml
+    sets them) and with both off (a program per length), run one after the other in this
+    process; records the fixed cost per trial of each and their ratio."""
+    from rope_lab.config import replace
+
+    unpadded = dataclasses.replace(
+        spec,
+        trials=[
+            replace(t, **{"eval.pad_to_longest": False, "ntk.pad_to_longest": False})
+            for t in spec.trials
+        ],
+    )
+    sections, fixed, walls, compiled = [], {}, {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (label, variant) in enumerate(
+            [("one program per length (padding off)", unpadded),
+             ("padded to the longest length (as the spec sets it)", spec)]
+        ):  # fmt: skip
+            summary, wall = run(variant, Path(tmp) / f"run{i}", cache=Path(tmp) / f"cache{i}")
+            text, sums = table(summary)
+            fixed[label], walls[label], compiled[label] = (
+                fixed_costs(summary),
+                wall,
+                sums["compile"],
+            )
+            sections.append(
+                f"### {label}, empty compilation cache: sweep wall {wall:.1f} s\n\n{text}"
+            )
+    (before, b), (after, a) = list(fixed.items())
+    mb, ma = statistics.median(b), statistics.median(a)
+    notes = (
+        f"Cold fixed cost per trial (compile + io + other, empty persistent compilation cache; "
+        f"median over the {len(a)} trials): {mb:.1f} s with a program per length vs {ma:.1f} s "
+        f"padded ({ma / mb:.2f}x), i.e. {mb / 60:.0%} vs {ma / 60:.0%} of a trial taking 60 s in "
+        f"all (derived). Compile seconds summed over trials {compiled[before]:.1f} vs "
+        f"{compiled[after]:.1f}; sweep wall {walls[before]:.1f} s vs {walls[after]:.1f} s. Both "
+        f"runs in this process one after the other (`{spec_path}`, in-process Ray); the machine "
+        "is shared (2 cores, other jobs running), so single seconds vary with its load. Columns "
+        "as in the sweep_overhead tables above."
+    )
+    record(
+        f"sweep_overhead: {spec.name}, cold fixed cost per trial, padded vs per-length programs",
+        "\n\n".join(sections),
+        notes=notes,
+        packages=("ray", "orbax-checkpoint"),
+    )
+
+
 def main() -> None:
     """Run the benchmark and record its tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", default="sweeps/smoke.yaml")
     parser.add_argument("--trials", type=int, default=None, help="first K trials only")
     parser.add_argument("--no-nocache", action="store_true", help="skip the run without cache")
+    parser.add_argument(
+        "--padding",
+        action="store_true",
+        help="only compare cold runs with evaluation / NTK padding off and on",
+    )
     args = parser.parse_args()
     spec = load_spec(args.spec)
     if args.trials:
         spec = dataclasses.replace(spec, trials=spec.trials[: args.trials])
+    if args.padding:
+        padding_comparison(spec, args.spec)
+        return
     sections, walls, summaries = [], {}, []
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(tmp) / "jax_cache"
@@ -181,7 +245,7 @@ def main() -> None:
         f"Rerun of the finished sweep (`rope-lab sweep run`, a new process): "
         f"{walls['rerun'][0]:.1f} s.",
     ]
-    fixed = [sum(breakdown(stages)[c] for c in OVERHEAD) for stages in summaries[0].stages.values()]
+    fixed = fixed_costs(summaries[0])
     notes.append(
         f"Fixed cost per trial (compile + io + other, cache on; median over trials "
         f"{statistics.median(fixed):.1f} s, range {min(fixed):.1f}-{max(fixed):.1f} s) would be "
