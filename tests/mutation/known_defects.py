@@ -292,6 +292,34 @@ DEFECTS = (
         "        norm_eps=1e-5,",
         ("tests/hf/test_from_hf.py",),
     ),
+    Defect(
+        "needle-depth-over-the-whole-haystack",
+        "rope_lab/tasks/niah.py",
+        "        return round(depth * (self.haystack_length(length) - self.block_length))",
+        "        return round(depth * self.haystack_length(length))",
+        ("tests/tasks/test_niah.py::test_the_asked_needles_sit_at_the_requested_depth",),
+    ),
+    Defect(
+        "multi-value-answer-in-reverse-order",
+        "rope_lab/tasks/niah.py",
+        "        earlier = jnp.tril(jnp.ones((n_target, n_target), bool), -1)",
+        "        earlier = jnp.triu(jnp.ones((n_target, n_target), bool), 1)",
+        ("tests/tasks/test_niah.py::test_multi_value_answer_is_exactly_the_bound_values",),
+    ),
+    Defect(
+        "variable-bound-to-the-next-in-its-chain",
+        "rope_lab/tasks/variable_tracking.py",
+        "            names[rows, chain, jnp.maximum(hop - 1, 0)],",
+        "            names[rows, chain, jnp.minimum(hop + 1, k - 1)],",
+        ("tests/tasks/test_variable_tracking.py::test_answer_is_the_brute_force_resolution",),
+    ),
+    Defect(
+        "common-words-tied-by-last-appearance",
+        "rope_lab/tasks/words.py",
+        "    rank = counts * (n + 1) - first",
+        "    rank = counts * (n + 1) + first",
+        ("tests/tasks/test_cwe.py::test_cwe_answer_is_counter_most_common",),
+    ),
 )
 
 
