@@ -14,6 +14,10 @@ from rope_lab.analysis.claims.measures import loss_past_train, ratios
 from rope_lab.analysis.curve_labels import TEMPERATURE
 
 SCALED, FIXED = "window layers scaled", "window layers as trained"
+TIE = (
+    "the arms are equal: the method changes nothing inside the window (a remap whose window "
+    "is wider than the sliding window)"
+)
 
 
 def fixed_pairs(variants: set[str]) -> list[tuple[str, str]]:
@@ -81,6 +85,9 @@ def scaled_window_layers_extrapolate_better(ev: Evidence, meta: Claim) -> list[V
                     scope = f"{task}: {scaled} vs .fixed, {method} x{factor:g} {how}, {longest:g}x"
                     if not arms[SCALED] or not arms[FIXED]:
                         out.append(missing(meta, scope, "one arm has no rows"))
+                        continue
+                    if arms[SCALED] == arms[FIXED]:  # the method leaves the window kinds alone
+                        out.append(missing(meta, scope, TIE))
                         continue
                     larger, smaller = (FIXED, SCALED) if text else (SCALED, FIXED)
                     out.append(judge_gap(ev, meta, scope, arms, larger, smaller))

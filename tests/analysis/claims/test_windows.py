@@ -19,8 +19,8 @@ def test_fixed_pairs_match_a_layout_with_its_fixed_twin() -> None:
 
 
 def test_per_method_and_fine_tuning_on_loss() -> None:
-    """A language model is read by its loss. Loss at 4x (the longest ratio), fixed minus scaled: yarn x4 zero-shot 3.0 - 2.0 = 1 on
-    both seeds (holds: scaling the window layers is better); rerope x4 zero-shot 2.0 - 2.5 =
+    """A language model is read by its loss. Loss at 4x (the longest ratio), fixed minus
+    scaled: yarn x4 zero-shot 3.0 - 2.0 = 1 on both seeds (holds: scaling the window layers is better); rerope x4 zero-shot 2.0 - 2.5 =
     -0.5 (fails: leaving them is better); yarn x4 fine-tuned 1.5 - 1.4 and 1.5 - 1.6: 0.0 on
     average, its interval [-0.1, 0.1] straddles 0. The rows as trained are not judged."""
     rows = []
@@ -65,3 +65,17 @@ def test_without_both_arms_inconclusive() -> None:
     rows = trial_rows("rope", 0, {1: 1.0, 4: 2.0}, method="yarn", factor=4.0, config=SCALED)
     (verdict,) = judge(evidence(rows), CLAIM)
     assert verdict.verdict == "inconclusive" and "eval_scaling: false" in verdict.reason
+
+
+def test_equal_arms_are_a_tie_not_a_verdict() -> None:
+    """A remap wider than the sliding window leaves the window kinds as they are: equal arms,
+    reported inconclusive with the reason, not 'fails'."""
+    rows = []
+    for seed in (0, 1):
+        for config in (SCALED, FIXED):
+            rows += trial_rows(
+                "rope", seed, {1: 1.0, 4: 2.0}, task="lm_text", method="rerope", factor=4.0,
+                config=config,
+            )  # fmt: skip
+    (verdict,) = judge(evidence(rows), CLAIM)
+    assert verdict.verdict == "inconclusive" and "the arms are equal" in verdict.reason
