@@ -20,9 +20,10 @@ def test_fixed_pairs_match_a_layout_with_its_fixed_twin() -> None:
 
 def test_per_method_and_fine_tuning_on_loss() -> None:
     """A language model is read by its loss. Loss at 4x (the longest ratio), fixed minus
-    scaled: yarn x4 zero-shot 3.0 - 2.0 = 1 on both seeds (holds: scaling the window layers is better); rerope x4 zero-shot 2.0 - 2.5 =
-    -0.5 (fails: leaving them is better); yarn x4 fine-tuned 1.5 - 1.4 and 1.5 - 1.6: 0.0 on
-    average, its interval [-0.1, 0.1] straddles 0. The rows as trained are not judged."""
+    scaled: yarn x4 zero-shot 3.0 - 2.0 = 1 on both seeds (holds: scaling the window layers
+    is better); rerope x4 zero-shot 2.0 - 2.5 = -0.5 (fails: leaving them is better); yarn x4
+    fine-tuned 1.5 - 1.4 and 1.5 - 1.6: 0.0 on average, its interval [-0.1, 0.1] straddles 0.
+    The rows as trained are not judged."""
     rows = []
     for seed, tuned_scaled in ((0, 1.4), (1, 1.6)):
         for config, yarn, rerope, tuned in (
