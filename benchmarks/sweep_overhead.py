@@ -142,7 +142,7 @@ def fixed_costs(summary: SweepSummary) -> list[float]:
     return [sum(breakdown(stages)[c] for c in OVERHEAD) for stages in summary.stages.values()]
 
 
-def padding_comparison(spec, spec_path: str) -> None:
+def padding_comparison(spec, spec_path: str, *, padded_first: bool = False) -> None:
     """The spec cold (empty persistent cache each) with every evaluation length and NTK probe
     set padded to one program (`eval.pad_to_longest`, `ntk.pad_to_longest`, as smoke.yaml
     sets them) and with both off (a program per length), run one after the other in this
@@ -158,10 +158,9 @@ def padding_comparison(spec, spec_path: str) -> None:
     )
     sections, fixed, walls, compiled = [], {}, {}, {}
     with tempfile.TemporaryDirectory() as tmp:
-        for i, (label, variant) in enumerate(
-            [("one program per length (padding off)", unpadded),
-             ("padded to the longest length (as the spec sets it)", spec)]
-        ):  # fmt: skip
+        runs = [("one program per length (padding off)", unpadded),
+                ("padded to the longest length (as the spec sets it)", spec)]  # fmt: skip
+        for i, (label, variant) in enumerate(runs[::-1] if padded_first else runs):
             summary, wall = run(variant, Path(tmp) / f"run{i}", cache=Path(tmp) / f"cache{i}")
             text, sums = table(summary)
             fixed[label], walls[label], compiled[label] = (
@@ -172,7 +171,8 @@ def padding_comparison(spec, spec_path: str) -> None:
             sections.append(
                 f"### {label}, empty compilation cache: sweep wall {wall:.1f} s\n\n{text}"
             )
-    (before, b), (after, a) = list(fixed.items())
+    (before, b), (after, a) = ((label, fixed[label]) for label, _ in runs)
+    order = "padded first" if padded_first else "per-length first"
     mb, ma = statistics.median(b), statistics.median(a)
     notes = (
         f"Cold fixed cost per trial (compile + io + other, empty persistent compilation cache; "
@@ -180,9 +180,9 @@ def padding_comparison(spec, spec_path: str) -> None:
         f"padded ({ma / mb:.2f}x), i.e. {mb / 60:.0%} vs {ma / 60:.0%} of a trial taking 60 s in "
         f"all (derived). Compile seconds summed over trials {compiled[before]:.1f} vs "
         f"{compiled[after]:.1f}; sweep wall {walls[before]:.1f} s vs {walls[after]:.1f} s. Both "
-        f"runs in this process one after the other (`{spec_path}`, in-process Ray); the machine "
-        "is shared (2 cores, other jobs running), so single seconds vary with its load. Columns "
-        "as in the sweep_overhead tables above."
+        f"runs in this process one after the other ({order}; `{spec_path}`, in-process Ray); "
+        "the machine is shared (2 cores, other jobs running), so single seconds vary with its "
+        "load. Columns as in the sweep_overhead tables above."
     )
     record(
         f"sweep_overhead: {spec.name}, cold fixed cost per trial, padded vs per-length programs",
@@ -203,12 +203,13 @@ def main() -> None:
         action="store_true",
         help="only compare cold runs with evaluation / NTK padding off and on",
     )
+    parser.add_argument("--padded-first", action="store_true", help="--padding, padded run first")
     args = parser.parse_args()
     spec = load_spec(args.spec)
     if args.trials:
         spec = dataclasses.replace(spec, trials=spec.trials[: args.trials])
-    if args.padding:
-        padding_comparison(spec, args.spec)
+    if args.padding or args.padded_first:
+        padding_comparison(spec, args.spec, padded_first=args.padded_first)
         return
     sections, walls, summaries = [], {}, []
     with tempfile.TemporaryDirectory() as tmp:
