@@ -62,6 +62,7 @@ def depth(
     metric: str = "accuracy",
     row: str = "auto",
     annotate: bool = True,
+    wrap: int = 6,
     out: str | Path | None = None,
 ) -> Figure:
     """Needle accuracy by length x depth, a heatmap per curve.
@@ -70,7 +71,8 @@ def depth(
     (``eval.depths``), seed means, one cell per (evaluation length, depth): depth 0% (the
     start of the context) at the top, lengths left to right with the trained length's column
     edged by dashed lines; one panel per curve label (PE kind, RoPE scaling, fine-tuned), one
-    row of panels per task (``row="auto"``: else per width or L_train when those vary).
+    row of panels per task (``row="auto"``: else per width or L_train when those vary). With a
+    single row, more than ``wrap`` panels wrap onto further rows of ``wrap``.
     """
     frame = depth_frame(source)
     if metric not in frame.columns:
@@ -80,13 +82,18 @@ def depth(
     row_levels = sorted(set(frame.get_column(facet).to_list())) if facet else [None]
     labels = sorted(set(frame.get_column("label").to_list()), key=label_key)
     warn_if_mixed(frame, [facet, "label", "length", "depth"])
-    fig, axes = panel_grid(len(row_levels), len(labels), sharex=False, sharey=False, extra=1.2)
+    wrapped = len(row_levels) == 1 and len(labels) > wrap > 0
+    n_rows = -(-len(labels) // wrap) if wrapped else len(row_levels)
+    n_cols = wrap if wrapped else len(labels)
+    fig, axes = panel_grid(n_rows, n_cols, sharex=False, sharey=False, extra=1.2)
+    for ax in axes.flat[len(labels) :] if wrapped else ():
+        ax.set_axis_off()
     rate = metric in RATES
     limits = (0.0, 1.0) if rate else (None, None)
     for i, level in enumerate(row_levels):
         part = frame if facet is None else frame.filter(pl.col(facet) == level)
         for j, label in enumerate(labels):
-            ax = axes[i, j]
+            ax = axes[divmod(j, wrap)] if wrapped else axes[i, j]
             cell = part.filter(pl.col("label") == label)
             title = ", ".join(t for t in (facet_title(facet, level) if facet else "", label) if t)
             ax.set_title(title, fontsize=9)
@@ -105,7 +112,7 @@ def depth(
                 annot_kws={"fontsize": 7},
                 xticklabels=[str(n) for n in lengths],
                 yticklabels=[f"{100 * d:g}%" for d in depths],
-                cbar=j == len(labels) - 1,
+                cbar=j == len(labels) - 1 or (wrapped and j % wrap == wrap - 1),
                 cbar_kws={"label": name_of(metric)},
                 linewidths=0.5,
                 linecolor="white",
@@ -115,7 +122,8 @@ def depth(
                 at = lengths.index(train[0])
                 for x in (at, at + 1):
                     ax.axvline(x, color="black", linestyle="--", linewidth=1.4, zorder=3)
-            ax.set_xlabel("evaluation length" if i == len(row_levels) - 1 else "")
-            ax.set_ylabel("needle depth" if j == 0 else "")
+            bottom = j >= len(labels) - n_cols if wrapped else i == len(row_levels) - 1
+            ax.set_xlabel("evaluation length" if bottom else "")
+            ax.set_ylabel("needle depth" if j % n_cols == 0 else "")
     fig.suptitle(f"{name_of(metric)} by evaluation length and needle depth")
     return finish(fig, out)

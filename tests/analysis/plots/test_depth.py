@@ -79,3 +79,34 @@ def test_runs_without_depth_rows_are_refused(tmp_path):
 
     with pytest.raises(QueryError, match="no rows at a set needle depth"):
         plots.plot("depth", make_decode_store(tmp_path))
+
+
+def test_one_row_of_many_panels_wraps(store, tmp_path):
+    """With one row of panels (a single width) and more curves than `wrap`, the panels wrap
+    onto rows of `wrap`, in label order, each cell still the seed mean; spare axes are off."""
+    from rope_lab.analysis.plots.depth import depth
+
+    one_width = q.eval_table(store, depths=None).filter(pl.col("model.width") == WIDTHS[0])
+    fig = depth(one_width, wrap=2, out=tmp_path / "wrapped.png")
+    panels = [ax for ax in fig.axes if ax.collections and ax.get_title()]
+    assert len(panels) == 1 + len(SCALINGS)
+    rows = sorted({round(ax.get_position().y0, 3) for ax in panels}, reverse=True)
+    assert len(rows) == -(-len(panels) // 2)
+    spare = [ax for ax in fig.axes if not ax.axison]
+    assert len(spare) == 2 * len(rows) - len(panels)
+    ax = next(a for a in panels if a.get_title() == "rope")
+    shown = np.asarray(ax.collections[0].get_array()).reshape(len(DEPTHS), len(LENGTHS))
+    width = WIDTHS[0]
+    expected = [
+        [
+            np.mean(
+                [
+                    depth_accuracy(_accuracy("rope", "default", 1.0, n, width, s), d, n)
+                    for s in SEEDS
+                ]
+            )
+            for n in LENGTHS
+        ]
+        for d in DEPTHS
+    ]
+    np.testing.assert_allclose(shown, expected, rtol=1e-12)
