@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 # Every module registers its claims on import (order places them in the table).
-from rope_lab.analysis.claims import encodings, kernels, regime, scaling, windows  # noqa: F401
+from rope_lab.analysis.claims import encodings, kernels, lengths, regime, scaling, windows  # noqa: F401
 
 
 def evidence(source: Any, **options: Any) -> Evidence:
