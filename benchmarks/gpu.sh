@@ -79,7 +79,11 @@ if [ "$(cut -f2 "$STEPS" | tail -n1)" != 0 ]; then
 fi
 
 # 2. the smoke sweep, end to end
-SPEC=$("${CHECKS[@]}" sweep-spec --out "$OUT" --work "$WORK")
+SPEC=$("${CHECKS[@]}" sweep-spec --out "$OUT" --work "$WORK") || {
+  echo "!!! could not write the sweep spec" >&2
+  report || true
+  exit 1
+}
 t0=$SECONDS
 run_step sweep 240 "${PY[@]}" -m rope_lab.cli sweep run "$SPEC" --out "$WORK/sweep"
 sweep_rc=$(tail -n1 "$STEPS" | cut -f2)
