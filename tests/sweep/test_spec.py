@@ -337,7 +337,8 @@ def test_plan_table_lists_every_trial_and_a_total():
     assert lines[1].split()[:3] == ["trial", "kind", "width"]
     for trial in spec.trials:
         assert any(line.startswith(trial.trial_id) for line in lines)
-    assert lines[-1].startswith("total (4 trials)")
+    assert lines[-2].startswith("total (4 trials)")
+    assert lines[-1].startswith("devices: each task asks for")
 
 
 @pytest.mark.parametrize(
@@ -355,7 +356,8 @@ def test_shipped_sweeps_load(name, n_trials):
     spec = load_spec(SWEEPS / f"{name}.yaml")
     assert spec.name == name
     assert len(spec.trials) == n_trials
-    assert plan_table(spec).splitlines()[-1].startswith(f"total ({n_trials} trials)")
+    total = [line for line in plan_table(spec).splitlines() if line.startswith("total (")]
+    assert total == [total[0]] and total[0].startswith(f"total ({n_trials} trials)")
 
 
 def _prepare_commands(spec: Path) -> list[list[str]]:

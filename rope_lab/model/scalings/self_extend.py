@@ -48,7 +48,7 @@ class SelfExtend(Remap):
     window: int | None = None
     uses_factor = True
     order = 22
-    colors = ("#9e9ac8", "#3f007d")
+    colors = ("#fee391", "#993404")
     not_in_hf = NOT_IN_HF
 
     def rule(self, factor: float, train_length: int) -> Grouped:

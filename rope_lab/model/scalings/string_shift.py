@@ -47,7 +47,7 @@ class String(Remap):
     shift: int | None = None
     local_window: int | None = None
     order = 24
-    colors = ("#fa9fb5", "#7a0177")
+    colors = ("#e6f598", "#66a61e")
     not_in_hf = NOT_IN_HF
 
     def rule(self, factor: float, train_length: int) -> Shifted:
