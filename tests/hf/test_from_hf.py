@@ -138,6 +138,7 @@ def test_refusals_name_what_is_wrong(tmp_path, checkpoints):
         from_hf(folder)
 
 
+@pytest.mark.slow  # ~15 s
 def test_bfloat16_loading_halves_the_parameters_and_stays_close(checkpoints):
     """dtype="bfloat16" stores every weight in bfloat16 (half the bytes) and computes in it;
     the logits stay within bfloat16's rounding of the float32 model's."""

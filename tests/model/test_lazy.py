@@ -223,6 +223,7 @@ def test_lazy_config_checks_and_ids():
     assert linearize(plain(make_model(lazy_trial()))).config.attention == "reference"
 
 
+@pytest.mark.slow  # ~15 s a family
 @pytest.mark.parametrize("family", MODELS.names())
 def test_every_model_family_has_its_lazy_twin(family):
     """`linearize` works on any registered family's network (a subclass of its own class):

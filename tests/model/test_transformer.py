@@ -129,7 +129,9 @@ def test_deep_stacks_scan_to_the_same_outputs(monkeypatch):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6 * max(1.0, float(np.abs(b).max())))
 
 
-@pytest.mark.parametrize("kind", FAST_KINDS)
+@pytest.mark.parametrize(  # rope by default (~20 s a kind), every kind -m slow
+    "kind", [k if k == "rope" else pytest.param(k, marks=pytest.mark.slow) for k in KINDS]
+)
 def test_batched_call_equals_vmapped_sequences(kind):
     """A (B, L) batch (one matmul per dense layer over B L tokens, attention vmapped) gives
     each sequence's own logits and the same parameter gradients, with per-row positions."""

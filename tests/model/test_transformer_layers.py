@@ -71,6 +71,7 @@ def by_hand(model, toks) -> np.ndarray:
     return np.asarray(model.head(model.final_norm(h)))
 
 
+@pytest.mark.slow  # ~14 s
 def test_a_layout_equals_its_blocks_applied_one_by_one():
     """A pattern (sliding RoPE, sliding RoPE with theta 1e6, full NoPE with Llama 4 scaling)
     repeated twice through depth 6 runs each block with its own kind."""

@@ -195,7 +195,8 @@ def test_a_resumed_tracker_takes_its_previous_kernels_from_before_the_resume_ste
     assert NTKTracker(cfg, task, tmp_path).previous[0] == 8  # without it: the last file
 
 
-@pytest.mark.parametrize("kind", [pytest.param("learned", marks=pytest.mark.slow), "alibi"])
+@pytest.mark.slow  # ~19 s per encoding
+@pytest.mark.parametrize("kind", ["learned", "alibi"])
 def test_padding_probes_to_the_longest_changes_no_metric(kind):
     """The model is causal: probes padded to the longest probe length (one compiled program)
     give the same rows as probes run at their own lengths."""

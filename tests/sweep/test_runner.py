@@ -117,6 +117,7 @@ def test_ray_sweep_matches_serial(tiny_spec, tmp_path):
     assert a.equals(b)  # the same numbers whichever runner ran them
 
 
+@pytest.mark.slow  # ~16 s
 def test_a_stage_held_by_another_driver_is_left_alone(tiny_spec, tmp_path):
     from rope_lab.results import TrialLease
     from rope_lab.sweep.stages import TRAIN_STAGE, stage_dir
@@ -143,6 +144,7 @@ def _allocator_setting() -> str | None:
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # ~14 s: starts Ray workers
 @pytest.mark.skipif(
     not allocator.applies({}), reason="glibc tunables exist on Linux with glibc only"
 )
