@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from rope_lab.cli import main
@@ -32,6 +33,7 @@ def test_bad_config_is_one_line_without_traceback(tmp_path):
     assert "bad.yaml: model.widht: unknown key 'widht' (did you mean 'width'?)" in out.stderr
 
 
+@pytest.mark.slow  # ~19 s
 def test_train_tiny_trial_prints_table(tmp_path, capsys):
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(to_dict(tiny_trial("rope", steps=10))))

@@ -247,7 +247,7 @@ def test_auto_choice_and_errors_on_cpu():
 # Three families in the default run (rotation, fixed bias, learned bias); every kind under -m slow
 # but those with a contextual term (CoPE), which run on the reference path only.
 AGREE_KINDS = [
-    k if k in ("rope", "alibi") else pytest.param(k, marks=pytest.mark.slow)
+    k if k == "rope" else pytest.param(k, marks=pytest.mark.slow)  # ~15 s a kind
     for k in KINDS
     if "contextual" not in POSITIONS[k].hooks
 ]

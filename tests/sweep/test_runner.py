@@ -277,6 +277,7 @@ def test_sweep_progress_counts_every_planned_stage(tiny_spec, tmp_path, monkeypa
     assert (tmp_path / "runs" / "tiny" / "trials").is_dir()  # a run directory from the start
 
 
+@pytest.mark.slow  # ~25 s
 def test_a_spec_that_adds_stages_runs_only_them_and_the_tables_follow_the_spec(tmp_path):
     """The trial id names the trained model: a second spec adding a scaling and a fine-tune
     trains nothing and runs only the new stages; one that reads differently reruns the

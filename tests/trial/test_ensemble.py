@@ -29,6 +29,7 @@ def test_stacked_init_is_each_seeds_make_model():
             np.testing.assert_array_equal(a, b)  # vmapped PRNG draws are the same bits
 
 
+@pytest.mark.slow  # ~18 s; the packed sweep tests cover the pipeline
 def test_ensemble_loss_curves_match_single_seed_runs():
     cfg = replace(tiny_trial("rope", width=32, depth=2, steps=20), **{"train.log_every": 1})
     members = train_ensemble(cfg, SEEDS)

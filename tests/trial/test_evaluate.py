@@ -547,10 +547,8 @@ def test_unscaled_rope_stages_exist_only_to_fine_tune(tmp_path, monkeypatch):
     assert set(zip(rows["method"], rows["factor"], strict=True)) == {("default", 2.0)}
 
 
-@pytest.mark.parametrize(
-    ("protocol", "stride"),
-    [("nonoverlapping", None), pytest.param("sliding", 5, marks=pytest.mark.slow)],  # ~22 s
-)
+@pytest.mark.slow  # ~22 s a protocol
+@pytest.mark.parametrize(("protocol", "stride"), [("nonoverlapping", None), ("sliding", 5)])
 def test_text_protocols_score_the_whole_held_out_text(tmp_path, protocol, stride):
     """Under Press et al.'s protocols each length reads the same held-out bytes: the summed
     loss equals the model's per-token losses over the windows built by hand from the split,
