@@ -133,3 +133,31 @@ def insert(
         fill_tok = jnp.zeros_like(item_tok)
     del batch
     return jnp.where(inside, item_tok, fill_tok)
+
+
+class MarkedLayout:
+    """The vocabulary head shared by the haystack tasks: three markers at `base` (0 for a
+    noise haystack, 256 for text, whose bytes come first), then the task's own ids from
+    `first_id`. Mixed into a task dataclass with a `haystack` field."""
+
+    haystack: str
+
+    @property
+    def base(self) -> int:
+        """Id of the first marker (0 for noise, 256 for text)."""
+        return 0 if is_noise(self.haystack) else 256
+
+    @property
+    def QUERY(self) -> int:
+        """The marker before what is asked."""
+        return self.base + 1
+
+    @property
+    def ANSWER(self) -> int:
+        """The marker before the answer."""
+        return self.base + 2
+
+    @property
+    def first_id(self) -> int:
+        """The first id after the three markers."""
+        return self.base + 3

@@ -46,7 +46,7 @@ class NeedleParams(TaskParams):
 
 
 @dataclass(frozen=True)
-class NeedleTask(NeedleParams, Task):
+class NeedleTask(hs.MarkedLayout, NeedleParams, Task):
     """Needle in a haystack, RULER-style: K keys are hidden in a haystack, each bound to V values
     (one needle ``NEEDLE key v_1..v_w`` per value); Q of the keys are asked at the end and the
     answer is every value of each asked key.
@@ -108,29 +108,14 @@ class NeedleTask(NeedleParams, Task):
 
     # -- layout --------------------------------------------------------------------------------
     @property
-    def base(self) -> int:
-        """Id of the first marker (0 for noise, 256 for text: bytes come first)."""
-        return 0 if hs.is_noise(self.haystack) else 256
-
-    @property
     def NEEDLE(self) -> int:
         """The marker before each needle's key."""
         return self.base
 
     @property
-    def QUERY(self) -> int:
-        """The marker before the asked keys."""
-        return self.base + 1
-
-    @property
-    def ANSWER(self) -> int:
-        """The marker before the answer."""
-        return self.base + 2
-
-    @property
     def key_start(self) -> int:
         """First key id."""
-        return self.base + 3
+        return self.first_id
 
     @property
     def value_start(self) -> int:

@@ -40,7 +40,7 @@ class VariableTrackingParams(TaskParams):
 
 
 @dataclass(frozen=True)
-class VariableTrackingTask(VariableTrackingParams, Task):
+class VariableTrackingTask(hs.MarkedLayout, VariableTrackingParams, Task):
     """Variable tracking: C = ``num_chains`` chains of k = ``num_hops`` assignments each,
     ``VAR x_1 v``, ``VAR x_2 x_1``, ..., ``VAR x_k x_{k-1}``, hidden in a haystack; the first
     chain's value is asked and the answer is x_1 .. x_k, every variable bound to it, in the
@@ -82,29 +82,14 @@ class VariableTrackingTask(VariableTrackingParams, Task):
             hs.haystack_text(self.haystack)
 
     @property
-    def base(self) -> int:
-        """Id of the first marker (0 for noise, 256 for text)."""
-        return 0 if hs.is_noise(self.haystack) else 256
-
-    @property
     def VAR(self) -> int:
         """The marker of an assignment ``VAR name source``."""
         return self.base
 
     @property
-    def QUERY(self) -> int:
-        """The marker before the asked value."""
-        return self.base + 1
-
-    @property
-    def ANSWER(self) -> int:
-        """The marker before the answer."""
-        return self.base + 2
-
-    @property
     def var_start(self) -> int:
         """First variable-name id."""
-        return self.base + 3
+        return self.first_id
 
     @property
     def value_start(self) -> int:
