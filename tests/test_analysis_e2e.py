@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
-    """sweeps/smoke.yaml's grid (4 PE kinds x 2 widths, NTK tracked) at tiny sizes, serially."""
+    """sweeps/smoke.yaml's grid (4 PE kinds x 2 widths, NTK tracked) at tiny sizes, serially,
+    with the passkey also scored at three needle depths (the ``depth`` plot's rows)."""
     tmp = tmp_path_factory.mktemp("smoke")
     spec = write_spec(
         tmp,
@@ -27,6 +28,7 @@ def smoke_run(tmp_path_factory):
         grid={"model.position.kind": ["rope", "alibi", "learned", "none"], "model.width": [16, 32]},
         base__ntk={"probes": 3, "probe_multipliers": [2.0], "steps": [0, 4, 20]},
         base__model={"depth": 1, "head_dim": 8},
+        base__eval__depths=[0.0, 0.5, 1.0],
     )
     summary = run_sweep(load_spec(spec), tmp / "runs", runner="serial", progress=False)
     assert summary.count("done") == 8
