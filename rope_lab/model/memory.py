@@ -5,7 +5,10 @@
 (residual stream, q/k/v and their heads-major copies, attention output, MLP hidden and
 activation, logits and log-softmax) plus what attention holds at once: about four float32
 logits-sized arrays per head (logits, exponentials, weights, their masked copy) and the bias's
-own values, per query-key pair held. The constants are
+own values, per query-key pair held. Under a relative-position remap of S position sets
+(`scalings/remaps.py`; `sets`) a remapped layer also holds S - 1 more rotated copies of its
+queries and keys and computes all S logits of a pair before keeping one, and a decoding cache
+holds its keys once per set. The constants are
 calibrated against XLA's own estimate (`Compiled.memory_analysis`) in tests/model/test_memory.py,
 which checks the bound holds, within 2.5x, over widths, lengths and vocabularies.
 """
@@ -15,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from rope_lab.config import ModelConfig, TrialConfig
+    from rope_lab.config import LayerConfig, ModelConfig, TrialConfig
 
 # Query and key block of the blocked attention kernel: (H, BLOCK, BLOCK) logits at a time.
 BLOCK = 512
@@ -50,16 +53,36 @@ def attention_pairs(length: int, implementation: str) -> int:
     return block * block
 
 
-def forward_bytes(model: ModelConfig, vocab: int, length: int) -> int:
-    """Upper bound on the temporary bytes of one sequence's forward at `length` (see above)."""
+def remapped(model: ModelConfig, layer: LayerConfig) -> bool:
+    """Whether an evaluation-time remap (or scaling) applies to layer kind `layer`: its encoding
+    `supports_scaling`, the kind has `eval_scaling`, and the model family allows it."""
+    position = model.layer_position(layer).options
+    return model.arch.supports_scaling and position.supports_scaling and layer.eval_scaling
+
+
+def layer_sets(model: ModelConfig, sets: int) -> list[int]:
+    """Per layer kind of `model.pattern`, the position sets it scores pairs in under a remap
+    of `sets` sets (1 for a kind the remap does not apply to)."""
+    return [sets if remapped(model, layer) else 1 for layer in model.pattern]
+
+
+def forward_bytes(model: ModelConfig, vocab: int, length: int, sets: int = 1) -> int:
+    """Upper bound on the temporary bytes of one sequence's forward at `length`, under a remap
+    of `sets` position sets (see above)."""
+    widest = max(model.width, model.attention_width)
+    extra_sets = max(layer_sets(model, sets)) - 1
     activations = (
-        4 * length * (20 * max(model.width, model.attention_width) + 2 * model.d_mlp + 4 * vocab)
+        4
+        * length
+        * (20 * widest + 2 * model.d_mlp + 4 * vocab + 4 * extra_sets * model.attention_width)
     )
-    per_pair = 4 * model.n_heads + max(
-        model.layer_position(layer).options.bias_floats_per_pair(
+    per_pair = max(
+        4 * model.n_heads
+        + (s * model.n_heads + 1 if s > 1 else 0)  # the S logits and the choice of set
+        + model.layer_position(layer).options.bias_floats_per_pair(
             model.with_position(model.layer_position(layer))
         )
-        for layer in model.pattern
+        for layer, s in zip(model.pattern, layer_sets(model, sets), strict=True)
     )
     # a contextual term (CoPE) runs the reference path at every length
     contextual = any("contextual" in model.layer_position(k).options.hooks for k in model.pattern)
@@ -67,21 +90,26 @@ def forward_bytes(model: ModelConfig, vocab: int, length: int) -> int:
     return activations + 4 * per_pair * attention_pairs(length, implementation)
 
 
-def sequences_per_forward(cfg: TrialConfig, length: int) -> int:
-    """The largest divisor of `eval.batch_size` whose forward at `length` fits in
-    `eval.memory_budget_mb` (at least 1: a sequence that alone exceeds it still runs)."""
+def sequences_per_forward(cfg: TrialConfig, length: int, sets: int = 1) -> int:
+    """The largest divisor of `eval.batch_size` whose forward at `length` (under a remap of
+    `sets` position sets) fits in `eval.memory_budget_mb` (at least 1: a sequence that alone
+    exceeds it still runs)."""
     budget = cfg.eval.memory_budget_mb * 2**20
-    per_sequence = forward_bytes(cfg.model, cfg.task.vocab_size, length)
+    per_sequence = forward_bytes(cfg.model, cfg.task.vocab_size, length, sets)
     batch = cfg.eval.batch_size
     fits = [b for b in range(1, batch + 1) if batch % b == 0 and b * per_sequence <= budget]
     return max(fits, default=1)
 
 
-def kv_cache_bytes(model: ModelConfig, capacity: int, dtype_bytes: int = 4) -> int:
+def kv_cache_bytes(model: ModelConfig, capacity: int, dtype_bytes: int = 4, sets: int = 1) -> int:
     """Bytes of the keys and values a decoding cache for `capacity` tokens holds
-    (`rope_lab.model.decode.init_cache`, slot bookkeeping aside): per layer 2 x kv_heads x
-    head_dim x slots, a sliding-window kind holding min(window, capacity) slots. Grouped-query
-    attention divides it by heads / kv_heads."""
+    (`rope_lab.model.decode.init_cache`, slot bookkeeping aside): per layer (S + 1) x kv_heads x
+    head_dim x slots (keys once per position set, S = 1 without a remap, and values once), a
+    sliding-window kind holding min(window, capacity) slots. Grouped-query attention divides it
+    by heads / kv_heads."""
     repeats = model.depth // len(model.pattern)
-    slots = sum(capacity if k.window is None else min(capacity, k.window) for k in model.pattern)
-    return 2 * repeats * slots * model.n_kv_heads * model.d_head * dtype_bytes
+    vectors = sum(
+        (s + 1) * (capacity if k.window is None else min(capacity, k.window))
+        for k, s in zip(model.pattern, layer_sets(model, sets), strict=True)
+    )
+    return repeats * vectors * model.n_kv_heads * model.d_head * dtype_bytes

@@ -9,7 +9,7 @@ from rope_lab.ntk.plan import gradient_passes, outputs_per_row
 from rope_lab.runtime.device_share import memory_fraction
 from rope_lab.sweep.spec import Resources, SweepSpec, axis_assignments, format_value
 from rope_lab.trial.packing import plan_packs
-from rope_lab.trial.scaling_plan import finetune_scalings, scalings_for
+from rope_lab.trial.scaling_plan import finetune_scalings, position_sets, scalings_for
 from rope_lab.trial.stage_plan import trial_stages
 
 # A lazy trial's cost over a rich one's (`estimate_cost`; benchmarks/lazy_step.py): a train
@@ -36,10 +36,14 @@ def _matmul_params(trial: TrialConfig) -> int:
     )
 
 
-def forward_flops(trial: TrialConfig, length: int) -> int:
+def forward_flops(trial: TrialConfig, length: int, sets: int = 1) -> int:
     """FLOPs of one forward pass over one length-L sequence: F(L) = 2 N L + 4 depth L^2 D plus
     what each layer's encoding adds (`extra_flops`); a family with its own count (the CNN:
-    2 N L, `FamilyConfig.cost`) gives it; see `estimate_cost`."""
+    2 N L, `FamilyConfig.cost`) gives it; see `estimate_cost`. Under a remap of `sets` = S
+    position sets a remapped layer computes S logits per pair: 2 (S + 1) L^2 A for its
+    attention."""
+    from rope_lab.model.memory import layer_sets
+
     m = trial.model
     own = m.arch.cost(m, trial.task.vocab_size, length)
     if own is not None:
@@ -51,7 +55,8 @@ def forward_flops(trial: TrialConfig, length: int) -> int:
         )
         for layer in m.pattern
     )
-    attention = 4 * m.depth * length * length * m.attention_width
+    pairs_matmuls = repeats * sum(s + 1 for s in layer_sets(m, sets))  # q k^T per set, A V
+    attention = 2 * pairs_matmuls * length * length * m.attention_width
     return 2 * _matmul_params(trial) * length + attention + extra
 
 
@@ -155,7 +160,10 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
     Fine-tuning (RoPE, eval.finetune_steps > 0) repeats that at factor x L for each scaling;
     evaluation is forward only at every eval length, once per scaling (direct; plus each
     method x factor for RoPE, and again after fine-tuning); ntk_flops is the empirical-NTK
-    tracking (`ntk_flops`) and the NNGP at initialisation (`nngp_flops`).
+    tracking (`ntk_flops`) and the NNGP at initialisation (`nngp_flops`). A stage under a
+    relative-position remap of S position sets (`scaling_plan.position_sets`) evaluates and
+    fine-tunes at `forward_flops(trial, L, S)`: S q k^T products per remapped layer. With
+    `eval.depths` every pass runs once more per depth.
     total_flops = train + fine-tune + eval + NTK. stages: `n_stages`.
     Periodic hooks other than the NTK tracking are not counted.
     A lazy trial (`train.regime: lazy`) runs one `jax.jvp` of the network per forward and the
@@ -178,14 +186,13 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
     else:
         n_params, non_embedding, matmul = _transformer_params(trial)
 
-    def seq_flops(length: int) -> int:
-        return forward_flops(trial, length)
-
-    scalings = [(s.method, s.factor) for s in scalings_for(trial)[1:]]
     finetune = ev.finetune_steps if m.supports_scaling else 0
-    ft_lengths = [round(s.factor * tr.length) for s in finetune_scalings(trial)] if finetune else []
-    passes = 1 + len(scalings) + len(ft_lengths)
-    eval_seqs = {n: passes * eval_sequences(trial, n) for n in trial.eval_lengths}
+    tuned = finetune_scalings(trial) if finetune else []
+    ft_runs = [(round(s.factor * tr.length), position_sets(trial, s)) for s in tuned]
+    # evaluation passes, each with its position sets: as trained, each scaling, each fine-tuned
+    passes = [position_sets(trial, s) for s in scalings_for(trial)] + [s for _, s in ft_runs]
+    draws = 1 + len(ev.depths)  # each needle depth of `eval.depths` draws its own batches
+    eval_seqs = {n: draws * eval_sequences(trial, n) for n in trial.eval_lengths}
     train_seqs, ft_seqs = tr.steps * tr.batch_size, finetune * tr.batch_size
     cost = {
         "n_params": n_params,
@@ -193,11 +200,13 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
         "matmul_params": matmul,
         "stages": n_stages(trial),
         "train_tokens": train_seqs * tr.length,
-        "train_flops": 3 * train_seqs * seq_flops(tr.length),
-        "finetune_tokens": ft_seqs * sum(ft_lengths),
-        "finetune_flops": 3 * ft_seqs * sum(seq_flops(n) for n in ft_lengths),
-        "eval_tokens": sum(k * n for n, k in eval_seqs.items()),
-        "eval_flops": sum(k * seq_flops(n) for n, k in eval_seqs.items()),
+        "train_flops": 3 * train_seqs * forward_flops(trial, tr.length),
+        "finetune_tokens": ft_seqs * sum(n for n, _ in ft_runs),
+        "finetune_flops": 3 * ft_seqs * sum(forward_flops(trial, n, s) for n, s in ft_runs),
+        "eval_tokens": len(passes) * sum(k * n for n, k in eval_seqs.items()),
+        "eval_flops": sum(
+            k * forward_flops(trial, n, s) for s in passes for n, k in eval_seqs.items()
+        ),
         "ntk_flops": ntk_flops(trial) + nngp_flops(trial),
         "receptive_field": m.receptive_field or 0,
         **_memory(trial, n_params, family_cost is None),
@@ -219,20 +228,26 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
 def _memory(trial: TrialConfig, n_params: int, attention: bool) -> dict[str, int]:
     """`eval_memory_bytes`: the parameters plus the largest evaluation forward (the longest
     evaluated length, in the batch `memory.sequences_per_forward` fits; the bound of
-    `memory.forward_bytes`, through the configured attention); `kv_cache_bytes`: a decoding
-    cache for the longest evaluated length (`memory.kv_cache_bytes`; 0 for a family without
-    attention). Parameters count 2 bytes when a checkpoint loads in bfloat16, else 4. Training
-    and fine-tuning memory (gradients, optimiser state, saved activations) is not estimated."""
+    `memory.forward_bytes`, through the configured attention), the largest over the stages (a
+    remap's position sets hold more); `kv_cache_bytes`: a decoding cache for the longest
+    evaluated length (`memory.kv_cache_bytes`, keys once per position set of the stage with the
+    most; 0 for a family without attention). Parameters count 2 bytes when a checkpoint loads
+    in bfloat16, else 4. Training and fine-tuning memory (gradients, optimiser state, saved
+    activations) is not estimated."""
     from rope_lab.model.memory import forward_bytes, kv_cache_bytes, sequences_per_forward
 
     m = trial.model
     width = 2 if m.init.hf is not None and m.dtype == "bfloat16" else 4
     longest = max(trial.eval_lengths)
-    batch = sequences_per_forward(trial, longest)
-    forward = forward_bytes(m, trial.task.vocab_size, longest) * batch
+    stage_sets = {position_sets(trial, s) for s in scalings_for(trial)}
+    forward = max(
+        forward_bytes(m, trial.task.vocab_size, longest, s)
+        * sequences_per_forward(trial, longest, s)
+        for s in stage_sets
+    )
     return {
         "eval_memory_bytes": n_params * width + forward,
-        "kv_cache_bytes": kv_cache_bytes(m, longest, width) if attention else 0,
+        "kv_cache_bytes": kv_cache_bytes(m, longest, width, max(stage_sets)) if attention else 0,
     }
 
 

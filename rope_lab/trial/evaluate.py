@@ -50,6 +50,7 @@ from rope_lab.trial.scaling_plan import (
     Scaling,
     fine_tuned,
     finetune_scalings,
+    position_sets,
     scalings_for,
 )
 from rope_lab.trial.train import train  # fine-tuning
@@ -78,17 +79,26 @@ def evaluate_model(
             "factor": scaling.factor,
             "finetune_steps": finetune_steps,
         }
+        sets = position_sets(cfg, scaling)
         for length in lengths:
             scaled = model_at_length(model, cfg, scaling, length)
-            batches = draw_batches(task, cfg, length, key=jax.random.fold_in(key, length))
+            at_key = jax.random.fold_in(key, length)
+            batches = draw_batches(task, cfg, length, key=at_key, sets=sets)
             sums = metric_sums(scaled, batches)
             rows += rows_for_length(sums, length, cfg.eval.position_buckets, labels)
-            rows += depth_rows(scaled, task, cfg, length, labels, key=key)
+            rows += depth_rows(scaled, task, cfg, length, labels, key=key, sets=sets)
     return rows
 
 
 def depth_rows(
-    model: Transformer, task: Task, cfg: TrialConfig, length: int, labels: dict, *, key
+    model: Transformer,
+    task: Task,
+    cfg: TrialConfig,
+    length: int,
+    labels: dict,
+    *,
+    key,
+    sets: int = 1,
 ) -> list[dict]:
     """One whole-sequence row per depth of `eval.depths` at `length`, carrying its `depth`:
     the task with its needle at that depth (`Task.at_depth`), drawn from the length's key at
@@ -96,7 +106,7 @@ def depth_rows(
     rows: list[dict] = []
     for depth in cfg.eval.depths:
         at = task.at_depth(depth)
-        batches = draw_batches(at, cfg, length, key=jax.random.fold_in(key, length))
+        batches = draw_batches(at, cfg, length, key=jax.random.fold_in(key, length), sets=sets)
         rows += rows_for_length(metric_sums(model, batches), length, 0, {**labels, "depth": depth})
     return rows
 
@@ -187,16 +197,19 @@ def _byte_table(task: Task) -> jax.Array | None:
     return None if table is None else jnp.asarray(table, jnp.float32)
 
 
-def draw_batches(task: Task, cfg: TrialConfig, length: int, *, key) -> DrawnBatches:
+def draw_batches(task: Task, cfg: TrialConfig, length: int, *, key, sets: int = 1) -> DrawnBatches:
     """The batches of one length as the eval config asks: `eval.batches` batches sampled from the
     eval split (`_sampled_batches`), or every window of the held-out text under a
-    `text_protocol` other than random (`_text_batches`)."""
+    `text_protocol` other than random (`_text_batches`); forwards split to fit the memory
+    budget under a remap of `sets` position sets (`scaling_plan.position_sets`)."""
     if cfg.eval.text_protocol != "random":
-        return _text_batches(task, cfg, length, key=key)
-    return _sampled_batches(task, cfg, length, key=key)
+        return _text_batches(task, cfg, length, key=key, sets=sets)
+    return _sampled_batches(task, cfg, length, key=key, sets=sets)
 
 
-def _sampled_batches(task: Task, cfg: TrialConfig, length: int, *, key) -> DrawnBatches:
+def _sampled_batches(
+    task: Task, cfg: TrialConfig, length: int, *, key, sets: int = 1
+) -> DrawnBatches:
     """Batch b sampled from fold_in(key, b), sampling and forward in one program per length.
 
     With `eval.pad_to_longest` the batches (drawn exactly as without it) are padded to the
@@ -207,7 +220,7 @@ def _sampled_batches(task: Task, cfg: TrialConfig, length: int, *, key) -> Drawn
     ev = cfg.eval
     operands = task.operands("eval")
     padded_length = max(length, *cfg.eval_lengths) if ev.pad_to_longest else length
-    chunk = sequences_per_forward(cfg, padded_length)
+    chunk = sequences_per_forward(cfg, padded_length, sets)
     nbytes = _byte_table(task)
 
     def batches() -> Iterator[BatchRun]:
@@ -239,7 +252,7 @@ def _sampled_batches(task: Task, cfg: TrialConfig, length: int, *, key) -> Drawn
     )
 
 
-def _text_batches(task: Task, cfg: TrialConfig, length: int, *, key) -> DrawnBatches:
+def _text_batches(task: Task, cfg: TrialConfig, length: int, *, key, sets: int = 1) -> DrawnBatches:
     """Under `eval.text_protocol` `nonoverlapping` or `sliding`: every window of the whole
     held-out text (`text_windows`, stride min(`text_stride` or L_train, L)), in groups of
     `eval.batch_size` sequences (the last group padded with unscored rows, so one program
@@ -254,7 +267,7 @@ def _text_batches(task: Task, cfg: TrialConfig, length: int, *, key) -> DrawnBat
     rows = -(-tokens.shape[0] // ev.batch_size) * ev.batch_size
     pad = ((0, rows - tokens.shape[0]), (0, 0))
     tokens, targets, mask = (np.pad(a, pad) for a in (tokens, targets, mask))
-    chunk = sequences_per_forward(cfg, length)
+    chunk = sequences_per_forward(cfg, length, sets)
     nbytes = _byte_table(task)
 
     def batches() -> Iterator[BatchRun]:

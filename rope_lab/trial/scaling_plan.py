@@ -69,6 +69,18 @@ def eval_scaling(cfg: TrialConfig, method: str, factor: float) -> Scaling:
     return Scaling(method, factor, dict(cfg.eval.method_params).get(method, ()))
 
 
+def position_sets(cfg: TrialConfig, scaling: Scaling) -> int:
+    """S, the position sets a stage under `scaling` scores each query-key pair in: a
+    relative-position remap's (`scalings/remaps.py`) on a model it applies to, else 1 (the memory
+    and FLOPs it costs grow with S)."""
+    from rope_lab.model.scalings.remaps import position_set_count
+    from rope_lab.registry import SCALINGS
+
+    if not cfg.model.supports_scaling or scaling.method not in SCALINGS:
+        return 1
+    return position_set_count(scaling.method, scaling.factor, cfg.train.length, scaling.params)
+
+
 def scaling_stages(cfg: TrialConfig) -> list[tuple[str, float]]:
     """(method, factor) pairs evaluated after training, each as its own sweep stage."""
     return [(s.method, s.factor) for s in scalings_for(cfg)[1:]]

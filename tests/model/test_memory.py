@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from rope_lab.config import ModelConfig, PositionConfig, replace
 from rope_lab.model import memory
 from rope_lab.model.memory import causal_blocks, forward_bytes, sequences_per_forward
-from rope_lab.model.transformer import Transformer
+from rope_lab.model.transformer import Transformer, with_scaling
 from rope_lab.registry import POSITIONS
 from rope_lab.tasks import Batch, task_from_config
 from rope_lab.trial.evaluate import evaluate_length
@@ -22,11 +22,16 @@ from rope_lab.trial.train import make_model
 from tests.helpers import tiny_trial
 
 
-def xla_temp_bytes_per_sequence(model_cfg: ModelConfig, vocab: int, length: int) -> float:
-    """XLA's temporary-buffer estimate of the evaluation forward (losses) of 2 sequences, / 2."""
+def xla_temp_bytes_per_sequence(
+    model_cfg: ModelConfig, vocab: int, length: int, remap: str | None = None
+) -> float:
+    """XLA's temporary-buffer estimate of the evaluation forward (losses) of 2 sequences, / 2,
+    under a relative-position `remap` at factor 4 when given."""
     model = Transformer(
         model_cfg, vocab, train_length=length, max_length=length, key=jax.random.PRNGKey(0)
     )
+    if remap is not None:
+        model = with_scaling(model, remap, 4.0)
     arrays, static = eqx.partition(model, eqx.is_array)
     tokens = jnp.zeros((2, length), jnp.int32)
 
@@ -56,6 +61,24 @@ def test_forward_bytes_bounds_xla_within_a_small_factor(width, length, vocab, ki
     xla = xla_temp_bytes_per_sequence(cfg, vocab, length)
     bound = forward_bytes(cfg, vocab, length)
     assert xla <= bound <= 2.5 * xla, (xla / 2**20, bound / 2**20)
+
+
+@pytest.mark.parametrize(
+    ("length", "attention", "remap", "sets"),
+    [
+        (1024, "auto", "dual_chunk", 3),
+        pytest.param(4096, "blocked", "rerope", 2, marks=pytest.mark.slow),
+    ],
+)
+def test_forward_bytes_bounds_xla_under_a_remap(length, attention, remap, sets):
+    """A remap's S position sets (S rotated queries and keys, S logits per pair) are counted:
+    the bound with `sets` holds XLA's estimate within the same factor, and exceeds the bound
+    without them."""
+    cfg = ModelConfig(width=128, depth=2, position=PositionConfig(kind="rope"), attention=attention)
+    xla = xla_temp_bytes_per_sequence(cfg, 256, length, remap)
+    bound = forward_bytes(cfg, 256, length, sets)
+    assert xla <= bound <= 2.5 * xla, (xla / 2**20, bound / 2**20)
+    assert forward_bytes(cfg, 256, length) < bound
 
 
 @given(length=st.integers(1, 2000))
@@ -109,3 +132,24 @@ def test_fire_counts_its_mlp_activations_per_pair():
     assert options.bias_floats_per_pair(cfg) == options.hidden + cfg.n_heads
     assert POSITIONS["rope"]().bias_floats_per_pair(cfg) == 0
     assert POSITIONS["alibi"]().bias_floats_per_pair(cfg) == cfg.n_heads
+
+
+def test_a_remap_stage_splits_its_batch_by_its_own_memory():
+    """Evaluation sizes a remap stage's sub-batches with its position sets: at a budget of
+    exactly 4 plain sequences, the as-trained rows run 4 at once, Dual Chunk Attention's fewer
+    (what `sequences_per_forward(..., sets=3)` allows; a split leaves the numbers as they are,
+    `test_a_batch_split_by_the_memory_budget_gives_the_same_numbers`)."""
+    from rope_lab.trial.evaluate import evaluate_model
+    from rope_lab.trial.scaling_plan import Scaling
+
+    changes = {"eval.batch_size": 4, "eval.batches": 1, "eval.length_multipliers": (2,)}
+    cfg = replace(tiny_trial("rope"), **changes)
+    length = cfg.eval_lengths[0]
+    plain = forward_bytes(cfg.model, cfg.task.vocab_size, length)
+    tight = replace(cfg, **{"eval.memory_budget_mb": 4 * plain / 2**20})
+    assert sequences_per_forward(tight, length, 3) < 4 == sequences_per_forward(tight, length)
+    model, task = make_model(cfg), task_from_config(cfg.task)
+    scalings = [Scaling("default", 1.0), Scaling("dual_chunk", 4.0)]
+    rows = evaluate_model(model, task, tight, step=0, scalings=scalings)
+    whole = [r["sequences_per_forward"] for r in rows if r["position_bucket"] is None]
+    assert whole == [4, sequences_per_forward(tight, length, 3)]

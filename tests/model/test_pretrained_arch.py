@@ -233,3 +233,23 @@ def test_the_planned_cache_size_is_the_cache_decoding_holds(layers):
     assert kv_cache_bytes(trial.model, 24) * 2 == kv_cache_bytes(
         _trial(**{"model.layers": kinds}).model, 24
     )
+
+
+@pytest.mark.parametrize("layers", [(), ({"window": 5, "eval_scaling": False}, {})])
+def test_the_planned_cache_size_under_a_remap_is_the_cache_decoding_holds(layers):
+    """Under Dual Chunk Attention (3 position sets) the cache holds keys once per set in the
+    layer kinds it remaps, values once: `kv_cache_bytes(..., sets=3)` equals `init_cache`'s."""
+    from rope_lab.config import LayerConfig
+    from rope_lab.model.memory import kv_cache_bytes
+    from rope_lab.model.transformer import with_scaling
+
+    kinds = tuple(LayerConfig(**kind) for kind in layers)
+    trial = _trial(**{"model.kv_heads": 2, "model.layers": kinds})
+    remapped = with_scaling(make_model(trial), "dual_chunk", 4.0)
+    cache = init_cache(remapped, 24)
+    held = sum(layer.k.nbytes + layer.v.nbytes for layer in cache.layers)
+    assert kv_cache_bytes(trial.model, 24, sets=3) == held
+    remapped_layers = 1 if layers else 2  # of depth 2; the window kind keeps its positions
+    one_key_per_slot = 24 * 2 * 8 * 4  # 24 slots x 2 KV heads x head_dim 8 x float32
+    extra_keys = 2 * remapped_layers * one_key_per_slot  # 3 sets: 2 more keys per slot
+    assert held == kv_cache_bytes(trial.model, 24) + extra_keys

@@ -113,6 +113,30 @@ def test_stages_per_trial(changes: dict, stages: int) -> None:
     assert n_stages(_trial(**changes)) == stages == estimate_cost(_trial(**changes))["stages"]
 
 
+def test_a_remap_stage_costs_its_position_sets() -> None:
+    """Dual Chunk Attention scores each pair in 3 position sets: a forward under it makes 3
+    q k^T products per layer, 2 (3 + 1) L^2 A, against 2 (1 + 1) L^2 A; its stage evaluates
+    (4 sequences at 16) and fine-tunes (5 steps x 4 sequences at 32) at that cost, and its
+    memory and cache (keys once per set) count the sets."""
+    assert forward_flops(_trial(), 32, 3) - forward_flops(_trial(), 32) == 4 * 32 * 32 * 32
+    plain = _trial(eval={"methods": ["linear"], "finetune_steps": 5})
+    remap = _trial(eval={"methods": ["linear", "dual_chunk"], "finetune_steps": 5})
+    a, b = estimate_cost(plain), estimate_cost(remap)
+    assert b["eval_flops"] - a["eval_flops"] == 2 * 4 * forward_flops(remap, 16, 3)
+    assert b["finetune_flops"] - a["finetune_flops"] == 3 * 5 * 4 * forward_flops(remap, 32, 3)
+    assert b["eval_memory_bytes"] > a["eval_memory_bytes"]
+    assert b["kv_cache_bytes"] == 2 * a["kv_cache_bytes"]  # 3 keys + 1 value against 1 + 1
+
+
+def test_each_needle_depth_is_one_more_evaluation_pass() -> None:
+    """Three depths: every evaluation pass (as trained, linear and dynamic x2) runs at each
+    length four times (whole, then the needle at each depth); training is unchanged."""
+    a = estimate_cost(_trial())
+    b = estimate_cost(_trial(eval={"depths": [0.0, 0.5, 1.0]}))
+    assert (b["eval_flops"], b["eval_tokens"]) == (4 * a["eval_flops"], 4 * a["eval_tokens"])
+    assert b["train_flops"] == a["train_flops"] and a["eval_tokens"] == 3 * 4 * 16
+
+
 def test_total_includes_the_ntk_flops() -> None:
     cost = estimate_cost(_trial())
     parts = ("train_flops", "finetune_flops", "eval_flops", "ntk_flops")

@@ -121,3 +121,16 @@ def window_or(value: int | None, default: int, name: str, *, low: int = 1) -> in
     if not _is_int(value) or value < low:
         raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
     return int(value)
+
+
+def position_set_count(kind: str, factor: float, train_length: int, params: Any = ()) -> int:
+    """S, the position sets scaling `kind` at `factor` scores each pair in (1 for a frequency
+    scaling); `params` the method's extra parameters (pairs or a dict). JAX-free, for the
+    memory and FLOP estimates of `sweep plan`."""
+    from rope_lab.registry import SCALINGS
+
+    cls = SCALINGS[kind]
+    if not cls.remaps:
+        return 1
+    given = {k: v for k, v in dict(params).items() if v is not None}
+    return cls(**given).rule(factor, train_length).n_sets
