@@ -20,7 +20,7 @@ from rope_lab.tasks.base import (
     check_int,
     random_bits,
 )
-from rope_lab.tasks.words import WORD_START, finish_words, top_words
+from rope_lab.tasks.words import WordVocabulary, finish_words, top_words, word_orders
 
 
 @TASKS.register("cwe")
@@ -37,7 +37,7 @@ class CommonWordsParams(TaskParams):
 
 
 @dataclass(frozen=True)
-class CommonWordsTask(CommonWordsParams, Task):
+class CommonWordsTask(WordVocabulary, CommonWordsParams, Task):
     """Common words extraction: a list of n = L - k words in which k = ``num_common`` words
     each appear c times and every other word at most about c / ``common_ratio`` times; the
     answer is the k common words in the order they first appear (``Counter.most_common``).
@@ -67,12 +67,6 @@ class CommonWordsTask(CommonWordsParams, Task):
         c = min(n // k, max(2, math.ceil(self.common_ratio * n / (others + self.common_ratio * k))))
         return c, -(-(n - k * c) // others)
 
-    def min_vocab_size(self) -> int:
-        return WORD_START + self.word_vocab
-
-    def _vocab_explanation(self) -> str:
-        return f"QUERY + word_vocab={self.word_vocab} words"
-
     def min_length(self) -> int:
         return 3 * self.num_common
 
@@ -93,7 +87,7 @@ class CommonWordsTask(CommonWordsParams, Task):
         c, _ = self.counts(length)
         others = self.word_vocab - k
         bits = random_bits(key, (batch_size, self.word_vocab + n))
-        perm = jnp.argsort(bits[:, : self.word_vocab], axis=1).astype(jnp.int32) + WORD_START
+        perm = word_orders(bits, self.word_vocab)
         slot = jnp.arange(n, dtype=jnp.int32)[None, :]
         common_slot = slot < k * c
         pick = jnp.where(common_slot, slot // c, k + (slot - k * c) % others)

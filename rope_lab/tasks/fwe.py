@@ -20,7 +20,7 @@ from rope_lab.tasks.base import (
     random_bits,
     uniform,
 )
-from rope_lab.tasks.words import WORD_START, finish_words, top_words
+from rope_lab.tasks.words import WordVocabulary, finish_words, top_words, word_orders
 
 
 @TASKS.register("fwe")
@@ -37,7 +37,7 @@ class FrequentWordsParams(TaskParams):
 
 
 @dataclass(frozen=True)
-class FrequentWordsTask(FrequentWordsParams, Task):
+class FrequentWordsTask(WordVocabulary, FrequentWordsParams, Task):
     """Frequent words extraction: n = L - k words drawn i.i.d. from a Zipf law (the word of
     rank r with probability proportional to r^-``alpha``, ranks given to the words in a random
     order per sequence); the answer is the k = ``num_frequent`` most frequent words, most
@@ -63,12 +63,6 @@ class FrequentWordsTask(FrequentWordsParams, Task):
         weights = [r**-self.alpha for r in range(1, self.word_vocab + 1)]
         return [w / sum(weights) for w in weights]
 
-    def min_vocab_size(self) -> int:
-        return WORD_START + self.word_vocab
-
-    def _vocab_explanation(self) -> str:
-        return f"QUERY + word_vocab={self.word_vocab} words"
-
     def min_length(self) -> int:
         return 2 * self.num_frequent
 
@@ -78,7 +72,7 @@ class FrequentWordsTask(FrequentWordsParams, Task):
     def _sample(self, key: jax.Array, batch_size: int, length: int, operands: Operands) -> Batch:
         k, n = self.num_frequent, length - self.num_frequent
         bits = random_bits(key, (batch_size, self.word_vocab + n))
-        perm = jnp.argsort(bits[:, : self.word_vocab], axis=1).astype(jnp.int32) + WORD_START
+        perm = word_orders(bits, self.word_vocab)
         cdf = jnp.cumsum(jnp.asarray(self.probabilities(), jnp.float32))
         rank = jnp.sum(uniform(bits[:, self.word_vocab :])[:, :, None] >= cdf[None, None, :], 2)
         rank = jnp.minimum(rank, self.word_vocab - 1).astype(jnp.int32)

@@ -13,6 +13,26 @@ QUERY = 0
 WORD_START = 1
 
 
+class WordVocabulary:
+    """The vocabulary of a word-list task with a ``word_vocab`` field: 0 QUERY, then the words
+    [WORD_START, WORD_START + word_vocab)."""
+
+    word_vocab: int
+
+    def min_vocab_size(self) -> int:
+        """Token ids the task uses: QUERY and the words."""
+        return WORD_START + self.word_vocab
+
+    def _vocab_explanation(self) -> str:
+        return f"QUERY + word_vocab={self.word_vocab} words"
+
+
+def word_orders(bits: jax.Array, word_vocab: int) -> jax.Array:
+    """A random order of the word ids per row (B, word_vocab) from the first ``word_vocab``
+    columns of ``bits`` (B, >= word_vocab): the rank or role each word takes in its sequence."""
+    return jnp.argsort(bits[:, :word_vocab], axis=1).astype(jnp.int32) + WORD_START
+
+
 def top_words(words: jax.Array, word_vocab: int, k: int) -> jax.Array:
     """The k most frequent words of each row of ``words`` (B, n) (ids in [WORD_START, +
     word_vocab)), most frequent first, ties by first appearance: Python's
