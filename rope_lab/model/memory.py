@@ -85,9 +85,62 @@ def forward_bytes(model: ModelConfig, vocab: int, length: int, sets: int = 1) ->
         for layer, s in zip(model.pattern, layer_sets(model, sets), strict=True)
     )
     # a contextual term (CoPE) runs the reference path at every length
-    contextual = any("contextual" in model.layer_position(k).options.hooks for k in model.pattern)
-    implementation = "reference" if contextual else model.attention
+    implementation = "reference" if _contextual(model) else model.attention
     return activations + 4 * per_pair * attention_pairs(length, implementation)
+
+
+def saved_pairs(length: int, implementation: str) -> int:
+    """Query-key pairs one layer's attention keeps for the backward pass of one sequence: the
+    reference path's every causal block (its weights are saved, `causal_blocks`), none for the
+    blocked kernel (it recomputes each tile from the saved log-sum-exp)."""
+    if implementation == "reference" or (
+        implementation == "auto" and length <= REFERENCE_MAX_LENGTH
+    ):
+        return sum((stop - start) * stop for start, stop in causal_blocks(length))
+    return 0
+
+
+def train_step_bytes(
+    model: ModelConfig, vocab: int, length: int, batch: int, n_params: int, sets: int = 1
+) -> int:
+    """Upper bound on the bytes of one train step of `batch` sequences at `length` (rich
+    regime, float32, no rematerialisation).
+
+    28 bytes a parameter (7 floats: the parameter and Adam's two moments, then the gradient,
+    the update and the new moments before they replace the old; XLA's estimate is 24 where
+    parameters dominate). Per sequence, what the backward pass keeps:
+    per layer and position 24 D + 6 D_mlp floats (inputs of every matmul, norm and
+    activation, with a remap's `sets` - 1 extra rotated queries and keys); per layer and
+    saved query-key pair (`saved_pairs`) S + 2 floats a head (S = `sets`) and twice the
+    encoding's bias floats (values and gradient); 4x the bias over the pairs one block's
+    backward works on at once (`attention_pairs`: values, gradient, saved activations); 3 V
+    per position for the logits.
+
+    Calibrated, like `forward_bytes`, against XLA's estimate of the compiled step (arguments
+    + temporaries; tests/model/test_memory.py): 1.05-2.1x over RoPE, ALiBi, T5, KERPLE,
+    FIRE, CoPE, xPos and learned tables, both attention paths. A lazy (linearised) model's
+    step is not estimated.
+    """
+    widest = max(model.width, model.attention_width)
+    implementation = "reference" if _contextual(model) else model.attention
+    pairs = saved_pairs(length, implementation)
+    per_sequence, working = 0, 0
+    for layer, s in zip(model.pattern, layer_sets(model, sets), strict=True):
+        bias = model.layer_position(layer).options.bias_floats_per_pair(
+            model.with_position(model.layer_position(layer))
+        )
+        per_position = 24 * widest + 6 * model.d_mlp + 4 * (s - 1) * model.attention_width
+        per_sequence += length * per_position + pairs * ((s + 2) * model.n_heads + 2 * bias)
+        # a block backward's bias (values, gradient, saved activations: 4x, calibrated)
+        working = max(working, 4 * bias * attention_pairs(length, implementation))
+    repeats = model.depth // len(model.pattern)
+    per_sequence = per_sequence * repeats + working + length * 3 * vocab
+    return 28 * n_params + 4 * batch * per_sequence
+
+
+def _contextual(model: ModelConfig) -> bool:
+    """Whether a layer adds a contextual term (CoPE), which runs the reference path always."""
+    return any("contextual" in model.layer_position(k).options.hooks for k in model.pattern)
 
 
 def sequences_per_forward(cfg: TrialConfig, length: int, sets: int = 1) -> int:

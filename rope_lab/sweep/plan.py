@@ -210,6 +210,7 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
         "ntk_flops": ntk_flops(trial) + nngp_flops(trial),
         "receptive_field": m.receptive_field or 0,
         **_memory(trial, n_params, family_cost is None),
+        "train_memory_bytes": train_memory(trial, n_params) if family_cost is None else None,
     }
     if tr.regime == "lazy":
         for key, factor in (
@@ -249,6 +250,30 @@ def _memory(trial: TrialConfig, n_params: int, attention: bool) -> dict[str, int
         "eval_memory_bytes": n_params * width + forward,
         "kv_cache_bytes": kv_cache_bytes(m, longest, width, max(stage_sets)) if attention else 0,
     }
+
+
+def train_memory(
+    trial: TrialConfig, n_params: int, train_devices: int = 1, sharded: bool = False
+) -> int | None:
+    """Bytes one device holds to train the trial (`memory.train_step_bytes`): the larger of a
+    training step at L_train and a fine-tuning step at each fine-tuned factor x L_train (under
+    a remap, with its position sets), the batch split over `train_devices` (rounded up) and,
+    when `sharded` (FSDP), the parameters and optimiser state too. None for a lazy trial (its
+    step is a jvp and its transpose, not estimated)."""
+    from rope_lab.model.memory import train_step_bytes
+
+    tr = trial.train
+    if tr.regime == "lazy":
+        return None
+    runs = [(tr.length, 1)]
+    if trial.eval.finetune_steps and trial.model.supports_scaling:
+        runs += [
+            (round(s.factor * tr.length), position_sets(trial, s)) for s in finetune_scalings(trial)
+        ]
+    batch = -(-tr.batch_size // train_devices)
+    params = -(-n_params // train_devices) if sharded else n_params
+    vocab = trial.task.vocab_size
+    return max(train_step_bytes(trial.model, vocab, n, batch, params, s) for n, s in runs)
 
 
 def trial_devices(trial: TrialConfig, resources: Resources) -> dict:
@@ -306,8 +331,10 @@ def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
     sharded), the
     pack (only with `pack_seeds`: `p1`, `p2`, ... for the trials trained as
     one program, `-` for one trained alone; `rope_lab.trial.packing.plan_packs`), stages,
-    tokens, FLOPs, CPU time, evaluation memory and the decoding cache at the longest length
-    (`_memory`; the total line shows the largest). With `pack_seeds`, lines after the table
+    tokens, FLOPs, CPU time, training memory per device (`train_memory` over the devices
+    training spreads over, the models of a pack together; '-' for a lazy trial or a family
+    without attention), evaluation memory and the decoding cache at the longest length
+    (`_memory`; the total line shows the largest of each). With `pack_seeds`, lines after the table
     list each pack's seeds and trials and why the others train alone; a devices line says
     what each task asks Ray for and how trials share a GPU, and lists any trial that cannot
     train as asked.
@@ -325,10 +352,12 @@ def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
         for i, pack in enumerate((p for p in packs if p.packed), start=1)
         for t in pack.trials
     }
+    pack_size = {t.trial_id: len(p.trials) for p in packs if p.packed for t in p.trials}
     header = [
         "trial", *heads, "params", "non-emb", *(["RF"] if windowed else []),
         "GPU", "DP", *(["pack"] if spec.pack_seeds else []), "stages",
-        "train tok", "eval tok", "NTK FLOPs", "FLOPs", "CPU time", "eval mem", "KV cache",
+        "train tok", "eval tok", "NTK FLOPs", "FLOPs", "CPU time", "train mem", "eval mem",
+        "KV cache",
     ]  # fmt: skip
     summed = ("stages", "train_tokens", "eval_tokens", "ntk_flops", "total_flops")
     totals = dict.fromkeys(summed, 0)
@@ -337,8 +366,10 @@ def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
         cells = [str(cost[name]) if name == "stages" else _si(cost[name]) for name in summed]
         return [*cells, _duration(cost["total_flops"] / flops_per_s)]
 
-    def memory(cost: dict[str, int]) -> list[str]:
-        return [_si(cost["eval_memory_bytes"]) + "B", _si(cost["kv_cache_bytes"]) + "B"]
+    measures = ("train_memory_bytes", "eval_memory_bytes", "kv_cache_bytes")
+
+    def memory(cost: dict) -> list[str]:
+        return ["-" if cost[k] is None else _si(cost[k]) + "B" for k in measures]
 
     rows = []
     problems: list[str] = []
@@ -355,12 +386,17 @@ def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
             params.append(str(cost["receptive_field"] or "-"))
         devices = trial_devices(trial, spec.resources)
         params += _device_cells(devices)
+        if cost["train_memory_bytes"] is not None:  # per device, a pack's models together
+            per_device = train_memory(
+                trial, cost["n_params"], devices["train_devices"] or 1, devices["sharded"]
+            )
+            cost["train_memory_bytes"] = pack_size.get(trial.trial_id, 1) * (per_device or 0)
         if devices["problem"]:
             problems.append(f"  ! {trial.trial_id}: {devices['problem']}")
         if spec.pack_seeds:
             params.append(pack_of.get(trial.trial_id, "-"))
         rows.append([trial.trial_id, *values, *params, *numbers(cost), *memory(cost)])
-        peak = {k: max(peak.get(k, 0), cost[k]) for k in ("eval_memory_bytes", "kv_cache_bytes")}
+        peak = {k: max(peak.get(k, 0), cost[k] or 0) for k in measures}
     blank = [""] * (len(keys) + 4 + windowed + spec.pack_seeds)
     total = [f"total ({len(spec.trials)} trials)", *blank, *numbers(totals), *memory(peak)]
     widths = [max(len(r[i]) for r in [header, *rows, total]) for i in range(len(header))]

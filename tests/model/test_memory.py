@@ -10,9 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rope_lab.config import ModelConfig, PositionConfig, replace
+from rope_lab.config import ModelConfig, PositionConfig, TrialConfig, replace
 from rope_lab.model import memory
-from rope_lab.model.memory import causal_blocks, forward_bytes, sequences_per_forward
+from rope_lab.model.memory import (
+    causal_blocks,
+    forward_bytes,
+    sequences_per_forward,
+    train_step_bytes,
+)
 from rope_lab.model.transformer import Transformer, with_scaling
 from rope_lab.registry import POSITIONS
 from rope_lab.tasks import Batch, task_from_config
@@ -153,3 +158,45 @@ def test_a_remap_stage_splits_its_batch_by_its_own_memory():
     rows = evaluate_model(model, task, tight, step=0, scalings=scalings)
     whole = [r["sequences_per_forward"] for r in rows if r["position_bucket"] is None]
     assert whole == [4, sequences_per_forward(tight, length, 3)]
+
+
+def xla_train_step_bytes(cfg: TrialConfig) -> tuple[int, int]:
+    """XLA's estimate of the compiled train step (arguments + temporaries) and the trainable
+    parameter count."""
+    from rope_lab.model.transformer import count_params, trainable
+    from rope_lab.trial.optimizer import make_optimizer
+    from rope_lab.trial.train import TraceGuard, init_state, make_train_step
+
+    model, opt_state = init_state(cfg)
+    task = task_from_config(cfg.task)
+    params, static = eqx.partition(model, trainable(model))
+    optimizer = make_optimizer(cfg.train, model)
+    step = make_train_step(
+        cfg, task, optimizer, length=cfg.train.length, guard=TraceGuard("memory")
+    )
+    lowered = step.lower(static, params, opt_state, jax.random.PRNGKey(0), task.operands("train"))
+    analysis = lowered.compile().compiled.memory_analysis()
+    return analysis.argument_size_in_bytes + analysis.temp_size_in_bytes, count_params(model)
+
+
+@pytest.mark.parametrize(
+    ("kind", "width", "length", "batch", "attention"),
+    [
+        ("rope", 128, 512, 2, "auto"),
+        ("rope", 512, 32, 1, "auto"),  # parameters and optimiser state dominate
+        pytest.param("fire", 64, 1024, 1, "blocked", marks=pytest.mark.slow),
+        pytest.param("rope", 128, 4096, 1, "blocked", marks=pytest.mark.slow),
+        pytest.param("cope", 64, 512, 1, "auto", marks=pytest.mark.slow),
+        pytest.param("alibi", 128, 1024, 2, "reference", marks=pytest.mark.slow),
+        pytest.param("t5_bias", 64, 1024, 1, "auto", marks=pytest.mark.slow),
+    ],
+)
+def test_train_step_bytes_bound_xla_within_a_small_factor(kind, width, length, batch, attention):
+    """The train step's bound (parameters, gradients, Adam moments, what the backward keeps)
+    lies within 1-2.5x above XLA's estimate of the compiled step, reference path (every causal
+    block's weights saved) and blocked kernel (a tile's bias worked on at once) alike."""
+    cfg = tiny_trial(kind, width=width, depth=2, head_dim=32, length=length, vocab=256)
+    cfg = replace(cfg, **{"train.batch_size": batch, "model.attention": attention})
+    xla, n_params = xla_train_step_bytes(cfg)
+    bound = train_step_bytes(cfg.model, 256, length, batch, n_params)
+    assert xla <= bound <= 2.5 * xla, (xla / 2**20, bound / 2**20)

@@ -4,8 +4,17 @@ hand count), the stages of each trial, and the columns and total of the table.""
 import pytest
 
 from rope_lab.config import TrialConfig, from_dict
+from rope_lab.model.memory import train_step_bytes
 from rope_lab.ntk.plan import GradientPass, gradient_passes, ntk_steps
-from rope_lab.sweep.plan import estimate_cost, forward_flops, n_stages, ntk_flops, plan_table
+from rope_lab.sweep.plan import (
+    _si,
+    estimate_cost,
+    forward_flops,
+    n_stages,
+    ntk_flops,
+    plan_table,
+    train_memory,
+)
 from rope_lab.sweep.spec import parse_spec
 
 BASE = {
@@ -310,3 +319,25 @@ def test_plan_shows_devices_shares_and_packs() -> None:
     assert "pack" not in text
     cpu = _cells(plan_table(parse_spec({"name": "c", "base": BASE})), ("GPU", "DP"))
     assert set(cpu.values()) == {("0", "all")}
+
+
+def test_training_memory_per_device() -> None:
+    """The larger of the train step at L_train and the fine-tuning step at 2 L_train, with the
+    batch (and, sharded, the parameters and optimiser state) split over the training devices;
+    a pack of 2 seeds holds both models; a lazy trial is not estimated."""
+    trial = _trial()
+    n = estimate_cost(trial)["n_params"]
+    assert estimate_cost(trial)["train_memory_bytes"] == train_step_bytes(trial.model, 24, 16, 4, n)
+    assert train_memory(trial, n, 2) == train_step_bytes(trial.model, 24, 16, 2, n)
+    assert train_memory(trial, n, 3, sharded=True) == train_step_bytes(
+        trial.model, 24, 16, 2, -(-n // 3)
+    )
+    tuned = _trial(eval={"finetune_steps": 5})  # linear and dynamic at factor 2
+    assert train_memory(tuned, n) == train_step_bytes(trial.model, 24, 32, 4, n)
+    assert train_memory(_trial(train={"regime": "lazy"}), n) is None
+
+    packed = parse_spec(
+        {"name": "p", "base": BASE, "grid": {"train.seed": [0, 1]}, "pack_seeds": True}
+    )
+    cells = _cells(plan_table(packed), ("train mem",))
+    assert set(cells.values()) == {(_si(2 * train_step_bytes(trial.model, 24, 16, 4, n)) + "B",)}
