@@ -187,8 +187,7 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
         n_params, non_embedding, matmul = _transformer_params(trial)
 
     finetune = ev.finetune_steps if m.supports_scaling else 0
-    tuned = finetune_scalings(trial) if finetune else []
-    ft_runs = [(round(s.factor * tr.length), position_sets(trial, s)) for s in tuned]
+    ft_runs = finetune_runs(trial)
     # evaluation passes, each with its position sets: as trained, each scaling, each fine-tuned
     passes = [position_sets(trial, s) for s in scalings_for(trial)] + [s for _, s in ft_runs]
     draws = 1 + len(ev.depths)  # each needle depth of `eval.depths` draws its own batches
@@ -233,8 +232,7 @@ def _memory(trial: TrialConfig, n_params: int, attention: bool) -> dict[str, int
     remap's position sets hold more); `kv_cache_bytes`: a decoding cache for the longest
     evaluated length (`memory.kv_cache_bytes`, keys once per position set of the stage with the
     most; 0 for a family without attention). Parameters count 2 bytes when a checkpoint loads
-    in bfloat16, else 4. Training and fine-tuning memory (gradients, optimiser state, saved
-    activations) is not estimated."""
+    in bfloat16, else 4. Training and fine-tuning memory is `train_memory`'s."""
     from rope_lab.model.memory import forward_bytes, kv_cache_bytes, sequences_per_forward
 
     m = trial.model
@@ -252,6 +250,15 @@ def _memory(trial: TrialConfig, n_params: int, attention: bool) -> dict[str, int
     }
 
 
+def finetune_runs(trial: TrialConfig) -> list[tuple[int, int]]:
+    """(length, position sets) of each fine-tuning run: factor x L_train under each fine-tuned
+    scaling (`scaling_plan.finetune_scalings`); none without `eval.finetune_steps` or RoPE."""
+    if not (trial.eval.finetune_steps and trial.model.supports_scaling):
+        return []
+    length = trial.train.length
+    return [(round(s.factor * length), position_sets(trial, s)) for s in finetune_scalings(trial)]
+
+
 def train_memory(
     trial: TrialConfig, n_params: int, train_devices: int = 1, sharded: bool = False
 ) -> int | None:
@@ -265,11 +272,7 @@ def train_memory(
     tr = trial.train
     if tr.regime == "lazy":
         return None
-    runs = [(tr.length, 1)]
-    if trial.eval.finetune_steps and trial.model.supports_scaling:
-        runs += [
-            (round(s.factor * tr.length), position_sets(trial, s)) for s in finetune_scalings(trial)
-        ]
+    runs = [(tr.length, 1), *finetune_runs(trial)]
     batch = -(-tr.batch_size // train_devices)
     params = -(-n_params // train_devices) if sharded else n_params
     vocab = trial.task.vocab_size
