@@ -12,7 +12,6 @@ allowed values. Importing this module does not import JAX.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from rope_lab.model.config import (
 )
 from rope_lab.ntk.config import NTK_OUTPUTS, NTKConfig, check_ntk
 from rope_lab.registry import TASKS
+from rope_lab.roles import Role, execution, identity
 from rope_lab.trial import ids
 from rope_lab.trial.config import (
     ANY_PROTOCOL,
@@ -64,21 +64,21 @@ from rope_lab.typed import (
 class TaskConfig:
     """A task from `rope_lab.tasks.TASKS`, its vocabulary size and its parameters."""
 
-    name: str = "passkey"
-    vocab_size: int = 32
-    params: Params = params_field(TASKS, "name")
+    name: str = identity("passkey")
+    vocab_size: int = identity(32)
+    params: Params = params_field(TASKS, "name", role=Role(True))
 
 
 @dataclass(frozen=True)
 class TrialConfig:
     """Everything that defines one trial."""
 
-    name: str = "trial"
-    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
-    task: TaskConfig = dataclasses.field(default_factory=TaskConfig)
-    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
-    eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
-    ntk: NTKConfig = dataclasses.field(default_factory=NTKConfig)
+    name: str = execution("trial")  # the sweep's name: where its results go
+    model: ModelConfig = identity(factory=ModelConfig)
+    task: TaskConfig = identity(factory=TaskConfig)
+    train: TrainConfig = identity(factory=TrainConfig)
+    eval: EvalConfig = identity(factory=EvalConfig)
+    ntk: NTKConfig = identity(factory=NTKConfig)
 
     @property
     def ntk_lengths(self) -> tuple[int, ...]:

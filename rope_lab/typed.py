@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rope_lab.registry import Registry, UnknownName
+from rope_lab.roles import ROLE, Role, role_of
 
 Params = tuple[tuple[str, Any], ...]
 T = typing.TypeVar("T")
@@ -54,12 +55,15 @@ def variant_class(registry: Registry, name: str, path: str) -> type:
         ) from None
 
 
-def variant_field(registry: Registry, tag: str) -> Any:
-    """A dataclass field holding the config of the variant of `registry` named by field `tag`."""
-    return dataclasses.field(default=None, metadata={"registry": registry, "tag": tag})
+def variant_field(registry: Registry, tag: str, *, role: Role) -> Any:
+    """A dataclass field holding the config of the variant of `registry` named by field `tag`
+    (its `role`: `rope_lab.roles`; the variant's own fields declare theirs)."""
+    return dataclasses.field(default=None, metadata={"registry": registry, "tag": tag, ROLE: role})
 
 
-def params_field(registry: Registry, tag: str | None = None, default: Params = ()) -> Any:
+def params_field(
+    registry: Registry, tag: str | None = None, default: Params = (), *, role: Role
+) -> Any:
     """A `Params` field whose keys are the fields of a registered variant's dataclass.
 
     With `tag`, the variant is the one a sibling field names (`task.params` holds the fields of
@@ -68,9 +72,10 @@ def params_field(registry: Registry, tag: str | None = None, default: Params = (
     types are checked against the variant's fields when a config is loaded (`from_dict`), naming
     the key path and the allowed keys; the given values are stored as they were written (only
     the given keys: what a variant requires is its own check), so ids hashed from them stay
-    stable.
+    stable. `role`: the field's role (`rope_lab.roles`).
     """
-    return dataclasses.field(default=default, metadata={"params_of": registry, "tag": tag})
+    metadata = {"params_of": registry, "tag": tag, ROLE: role}
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 def check_params(variant: type, data: Mapping[str, Any], path: str) -> Params:
@@ -169,22 +174,29 @@ def _hint_of(cls: type, name: str) -> Any:
     return typing.get_type_hints(cls)[name]
 
 
-def to_dict(cfg: Any) -> dict[str, Any]:
+def to_dict(cfg: Any, *, identity_only: bool = False) -> dict[str, Any]:
     """A plain, YAML/JSON-able dict of a config (params as mappings, a variant's fields under
-    its name)."""
+    its name). With `identity_only`, what decides the config's identity: fields whose role
+    (`rope_lab.roles`) is execution, or that sit at their neutral value, are left out, at
+    every depth (trial ids hash this)."""
     out: dict[str, Any] = {}
     hints = typing.get_type_hints(type(cfg))
     for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name)
+        if identity_only and not role_of(f).in_id(value):
+            continue
         if "registry" in f.metadata:
             if dataclasses.fields(value):
-                out[getattr(cfg, f.metadata["tag"])] = to_dict(value)
+                out[getattr(cfg, f.metadata["tag"])] = to_dict(value, identity_only=identity_only)
         elif dataclasses.is_dataclass(value):
-            out[f.name] = to_dict(value)
+            out[f.name] = to_dict(value, identity_only=identity_only)
         elif hints[f.name] == Params:
             out[f.name] = {k: _params_to_plain(v) for k, v in value}
         elif isinstance(value, tuple):
-            out[f.name] = [to_dict(v) if dataclasses.is_dataclass(v) else v for v in value]
+            out[f.name] = [
+                to_dict(v, identity_only=identity_only) if dataclasses.is_dataclass(v) else v
+                for v in value
+            ]
         else:
             out[f.name] = value
     return out

@@ -15,8 +15,10 @@ from rope_lab.config import (
     to_dict,
     validate,
 )
-from rope_lab.trial.ids import EXECUTION_FIELDS
+from rope_lab.trial.ids import execution_fields
 from tests.helpers import tiny_trial
+
+EXECUTION_FIELDS = execution_fields(TrialConfig)
 
 
 def test_defaults_are_valid():
@@ -50,6 +52,7 @@ def test_trial_id_is_stable_and_sensitive():
 def test_execution_settings_do_not_change_the_trial_id():
     a = tiny_trial()
     changed = {
+        "name": "another_sweep",
         "model.attention": "blocked",
         "train.devices": 2,
         "train.shard_params": True,

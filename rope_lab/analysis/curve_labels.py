@@ -11,14 +11,19 @@ so no kind name is tested. Nothing here imports JAX or the encoding registry.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import typing
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 import polars as pl
 
+from rope_lab.config import TrialConfig
 from rope_lab.results.columns import FAMILY_LABEL_COLUMN, NAMED_ELSEWHERE, OPTIONS_COLUMN
+from rope_lab.roles import NOTHING, Label, roles
 from rope_lab.trial.scaling_plan import TEMPERATURE
+from rope_lab.typed import nested_dataclass
 
 KIND: Final = "model.position.kind"
 # the rotary family's training-time scaling fields (`RotaryConfig.scaling`, `.factor`)
@@ -26,13 +31,71 @@ SCALING_FIELD: Final = "scaling"
 FACTOR_FIELD: Final = "factor"
 TEMPERATURE_LABEL: Final = "log-length temperature"  # what a temperature row's label names
 LAYERS: Final = "model.layers"
-SSMAX: Final = "model.scalable_softmax"
-POSE: Final = "train.pose_target_length"
-REGIME: Final = "train.regime"  # "lazy": the linearised twin of the network
-LAZY_SUFFIX: Final = " +lazy"  # what a lazy twin's variant ends with
-RANDOMIZED: Final = "model.position.randomized"
 PROTOCOL: Final = "eval.text_protocol"
 STRIDE: Final = "eval.text_stride"
+# The curve-label rules a field's role may name instead of a `Label` (`rope_lab.roles`).
+RULES: Final = ("encoding", "family", "layout", "protocol")
+
+
+@dataclasses.dataclass(frozen=True)
+class Labelled:
+    """A config field that names curves: its result column, its label and the value at
+    which it names nothing (its neutral value, else its default)."""
+
+    column: str
+    label: Label | str
+    off: Any
+
+
+def labelled_fields(cls: type = TrialConfig, prefix: str = "") -> list[Labelled]:
+    """Every field of a trial's config whose role declares a label, in declaration order
+    (sections nested; variant fields and tuples of sections are leaves)."""
+    out: list[Labelled] = []
+    hints = typing.get_type_hints(cls)
+    for f, role in roles(cls):
+        column = f"{prefix}{f.name}"
+        nested = nested_dataclass(hints[f.name])
+        if nested is not None and "registry" not in f.metadata:
+            out.extend(labelled_fields(nested, f"{column}."))
+        elif isinstance(role.label, Label | str):
+            off = role.neutral if role.neutral is not NOTHING else _default(f)
+            out.append(Labelled(column, role.label, off))
+    return out
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None if f.default is dataclasses.MISSING else f.default
+
+
+def _regime_suffix() -> str:
+    """What a lazy twin's variant ends with: `train.regime`'s declared label."""
+    (found,) = (x for x in labelled_fields() if x.column == "train.regime")
+    assert isinstance(found.label, Label)
+    return found.label.text
+
+
+LAZY_SUFFIX: Final = _regime_suffix()
+
+
+def _suffix(item: Labelled) -> pl.Expr:
+    """A `Label`'s text where the row's value is on (not null, not `off`, and `when` if set),
+    the value standing for `{}`; '' elsewhere."""
+    assert isinstance(item.label, Label)
+    col = pl.col(item.column)
+    if item.label.when is not NOTHING:
+        on = col == item.label.when
+    elif item.off is None:
+        on = col.is_not_null()
+    else:
+        on = col.is_not_null() & (col != item.off)
+    before, marker, after = item.label.text.partition("{}")
+    text = pl.lit(before)
+    if marker:
+        shown = col.cast(pl.String).str.replace(r"\.0$", "")
+        text = pl.concat_str([pl.lit(before), shown, pl.lit(after)])
+    return pl.when(on.fill_null(False)).then(text).otherwise(pl.lit(""))
 
 
 def _encoding_columns(columns: Sequence[str], field: str | None = None) -> list[str]:
@@ -115,11 +178,12 @@ def _legacy_option_expr(col: str) -> pl.Expr | None:
 
 
 def variant_expr(columns: Sequence[str], *, protocol: bool = True) -> pl.Expr:
-    """The PE kind and what else decides how positions enter: its fields that differ from their
-    defaults (``"rope rotary_fraction 0.25"``), randomised positions (``" +randomized"``), a
-    layer layout (``"rope [rope.w16 | none]"``), Scalable-Softmax (``" +SSMax"``), PoSE
-    (``" +PoSE 256"``), the linearised twin (``" +lazy"``, `train.regime`), and (with
-    ``protocol``) a text protocol other than random windows.
+    """The PE kind and what else decides the model: its fields that differ from their
+    defaults (``"rope rotary_fraction 0.25"``), then each field whose role declares a label
+    (`rope_lab.roles`, in declaration order: randomised positions ``" +randomized"``, a layer
+    layout ``"rope [rope.w16 | none]"``, Scalable-Softmax ``" +SSMax"``, grouped-query
+    attention ``" kv2"``, ..., PoSE ``" +PoSE 256"``, the linearised twin ``" +lazy"``) off its
+    neutral value, and (with ``protocol``) a text protocol other than random windows.
     Trials that differ only there get distinct labels, so their curves are never pooled. A
     model family with its own label (``family.label``: ``"CNN k3 d1,2,4"``) is named by it in
     place of the encoding it does not have."""
@@ -127,32 +191,20 @@ def variant_expr(columns: Sequence[str], *, protocol: bool = True) -> pl.Expr:
     if FAMILY_LABEL_COLUMN in columns:
         own = pl.col(FAMILY_LABEL_COLUMN).fill_null("")
         out = pl.when(own != "").then(own).otherwise(out)
-    if RANDOMIZED in columns:
-        randomized = pl.when(pl.col(RANDOMIZED).fill_null(False)).then(pl.lit(" +randomized"))
-        out = pl.concat_str([out, randomized.otherwise(pl.lit(""))])
-    if LAYERS in columns:
-        layout = pl.struct([KIND, LAYERS]).map_elements(
-            lambda r: layout_name(r[KIND], r[LAYERS]), return_dtype=pl.String
-        )
-        out = pl.concat_str([out, layout.fill_null("")])
-    if SSMAX in columns:
-        out = pl.concat_str(
-            [
-                out,
-                pl.when(pl.col(SSMAX).fill_null(False))
-                .then(pl.lit(" +SSMax"))
-                .otherwise(pl.lit("")),
-            ]
-        )
-    if POSE in columns:
-        pose = pl.concat_str([pl.lit(" +PoSE "), pl.col(POSE).cast(pl.String)])
-        out = pl.concat_str([out, pose.fill_null("")])
-    if REGIME in columns:
-        lazy = pl.when(pl.col(REGIME).fill_null("rich") == "lazy").then(pl.lit(LAZY_SUFFIX))
-        out = pl.concat_str([out, lazy.otherwise(pl.lit(""))])
-    if protocol and PROTOCOL in columns:
-        out = pl.concat_str([out, protocol_expr(columns)])
-    return out
+    parts = [out]
+    for item in labelled_fields():
+        if item.column not in columns:
+            continue
+        if isinstance(item.label, Label):
+            parts.append(_suffix(item))
+        elif item.label == "layout":
+            layout = pl.struct([KIND, LAYERS]).map_elements(
+                lambda r: layout_name(r[KIND], r[LAYERS]), return_dtype=pl.String
+            )
+            parts.append(layout.fill_null(""))
+        elif item.label == "protocol" and item.column == PROTOCOL and protocol:
+            parts.append(protocol_expr(columns))
+    return pl.concat_str(parts)
 
 
 def protocol_expr(columns: Sequence[str]) -> pl.Expr:

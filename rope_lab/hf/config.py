@@ -25,6 +25,7 @@ from typing import Any
 
 from rope_lab.config import LayerConfig, ModelConfig, PositionConfig
 from rope_lab.model.positions.rotary import RopeConfig
+from rope_lab.roles import NOTHING, Export, roles
 from rope_lab.typed import ConfigError
 
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
@@ -284,19 +285,16 @@ def hf_config(model: ModelConfig, vocab_size: int, train_length: int) -> dict[st
 
 
 def _exportable(m: ModelConfig) -> None:
-    """CheckpointError naming the first field of `m` a Llama-family checkpoint cannot hold."""
-    wants = {
-        "family": "transformer",
-        "parametrization": "sp",
-        "norm": "rmsnorm",
-        "mlp": "swiglu",
-        "scalable_softmax": False,
-    }
-    for key, value in wants.items():
-        if getattr(m, key) != value:
+    """CheckpointError naming the first field of `m` a Llama-family checkpoint cannot hold:
+    a field whose declared export (`rope_lab.roles.Export`) allows one value only, then the
+    encoding and the layer layout."""
+    for f, role in roles(ModelConfig):
+        only = role.export.only if isinstance(role.export, Export) else NOTHING
+        value = getattr(m, f.name)
+        if only is not NOTHING and value != only:
             raise CheckpointError(
-                f"model.{key}: {getattr(m, key)!r} has no Hugging Face Llama-family form "
-                f"(export needs {value!r})"
+                f"model.{f.name}: {value!r} has no Hugging Face Llama-family form "
+                f"(export needs {only!r})"
             )
     if m.position.kind != "rope":
         raise CheckpointError(

@@ -12,22 +12,26 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from rope_lab.hf.config import read_config
+from rope_lab.model.config import ModelConfig
+from rope_lab.roles import Export, roles
 from rope_lab.typed import ConfigError
 
 if TYPE_CHECKING:
     from rope_lab.config import TrialConfig
 
-# model fields the checkpoint decides
-ARCHITECTURE = ("width", "depth", "heads", "head_dim", "kv_heads", "mlp_ratio", "norm", "mlp",
-                "norm_eps", "qkv_bias", "qk_norm", "tie_embeddings", "position", "layers",
-                "family", "parametrization", "scalable_softmax")  # fmt: skip
+# model fields the checkpoint decides (their declared export, `rope_lab.roles.Export`)
+ARCHITECTURE = tuple(
+    f.name
+    for f, role in roles(ModelConfig)
+    if isinstance(role.export, Export) and role.export.decided_by_checkpoint
+)
 
 
 def from_checkpoint(cfg: TrialConfig) -> TrialConfig:
     """`cfg` with the architecture, vocabulary and training length of its checkpoint and no
     training steps; ConfigError naming the folder when it is not a checkpoint, or naming a
     field set otherwise than the checkpoint says."""
-    from rope_lab.config import ModelConfig, TaskConfig, TrainConfig
+    from rope_lab.config import TaskConfig, TrainConfig
 
     path = cfg.model.init.hf
     assert path is not None

@@ -9,6 +9,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rope_lab.registry import MODELS, POSITIONS
+from rope_lab.roles import (
+    NOT_IN_CHECKPOINT,
+    WRITTEN,
+    Label,
+    Role,
+    Unlabelled,
+    execution,
+    identity,
+    only,
+)
 from rope_lab.typed import ConfigError, check_choice, check_positive, variant_class, variant_field
 
 if TYPE_CHECKING:
@@ -20,6 +30,12 @@ PARAMETRIZATIONS = ("sp", "ntk", "mup")
 DTYPES = ("float32", "bfloat16")
 # How attention is computed (`rope_lab.model.attention`); all give the same numbers to rounding.
 ATTENTION_IMPLEMENTATIONS = ("auto", "blocked", "reference", "cudnn")
+# Family capabilities some model fields need (`roles.Role.needs`, `FamilyConfig.capabilities`):
+# attention layers (heads, positions, layout), a readout tied to the embedding, norms whose
+# epsilon is set.
+ATTENTION = "attention"
+TIED_READOUT = "tied readout"
+NORM_EPS = "norm epsilon"
 
 
 @dataclass(frozen=True)
@@ -33,11 +49,11 @@ class PositionConfig:
     (Ruoss et al. 2023); evaluation draws them the same way.
     """
 
-    kind: str = "rope"
-    max_length: int | None = None
-    randomized: bool = False
-    random_max_length: int | None = None
-    options: Any = variant_field(POSITIONS, "kind")
+    kind: str = identity("rope", label="encoding")
+    max_length: int | None = identity(None)
+    randomized: bool = identity(False, label=Label(" +randomized"))
+    random_max_length: int | None = identity(None)
+    options: Any = variant_field(POSITIONS, "kind", role=Role(True, label="encoding"))
 
     def __post_init__(self) -> None:
         cls = variant_class(POSITIONS, self.kind, "model.position.kind")
@@ -58,11 +74,11 @@ class LayerConfig:
     whether evaluation-time RoPE scaling (PI, YaRN, ...) applies to this kind's RoPE.
     """
 
-    position: PositionConfig | None = None
-    window: int | None = None
-    attn_scale: float = 0.0
-    floor_scale: float = 8192.0
-    eval_scaling: bool = True
+    position: PositionConfig | None = identity(None)
+    window: int | None = identity(None)
+    attn_scale: float = identity(0.0)
+    floor_scale: float = identity(8192.0)
+    eval_scaling: bool = identity(True)
 
     def slug(self, model: ModelConfig) -> str:
         """Short name of the kind in trial ids, e.g. 'rope.w16' or 'none'."""
@@ -84,7 +100,9 @@ class InitConfig:
     local Hugging Face checkpoint folder (`rope_lab.hf`), whose config.json then decides the
     architecture, the vocabulary and the training length (`rope_lab.hf.trial`)."""
 
-    hf: str | None = None
+    hf: str | None = identity(
+        None, label=Unlabelled("a checkpoint's architecture fields label its curves")
+    )
 
 
 @dataclass(frozen=True)
@@ -100,7 +118,8 @@ class ModelConfig:
     1 / log(L_train), so the last training position starts at temperature 1).
     `family`: the network (`registry.MODELS`: `transformer`, `cnn`), its own typed fields
     `arch` under its name (`model.cnn.kernel_size`); the fields above it has no use for are
-    rejected off their defaults (`FamilyConfig.unused_fields`).
+    rejected off their defaults (each field's role declares the family capability it `needs`,
+    `rope_lab.roles`; `FamilyConfig.unused_fields`).
 
     Pretrained-architecture fields (Llama, Mistral, Qwen, Phi-3): `heads` and `head_dim` both
     set give attention heads of their own size (heads x head_dim need not equal the width, as
@@ -111,28 +130,56 @@ class ModelConfig:
     embedding transposed; `norm_eps`: every norm's epsilon.
     """
 
-    width: int = 128
-    depth: int = 2
-    head_dim: int | None = 32
-    heads: int | None = None
-    mlp_ratio: float = 4.0
-    norm: str = "layernorm"
-    mlp: str = "gelu"
-    parametrization: str = "sp"
-    base_width: int = 128
-    dtype: str = "float32"
-    attention: str = "auto"
-    position: PositionConfig = dataclasses.field(default_factory=PositionConfig)
-    layers: tuple[LayerConfig, ...] = ()
-    scalable_softmax: bool = False
-    family: str = "transformer"
-    kv_heads: int | None = None
-    qkv_bias: bool = False
-    qk_norm: bool = False
-    tie_embeddings: bool = False
-    norm_eps: float = 1e-5
-    init: InitConfig = dataclasses.field(default_factory=InitConfig)
-    arch: Any = variant_field(MODELS, "family")
+    width: int = identity(128, export=WRITTEN, needs=None)
+    depth: int = identity(2, export=WRITTEN, needs=None)
+    head_dim: int | None = identity(32, export=WRITTEN, needs=ATTENTION)
+    heads: int | None = identity(None, export=WRITTEN, needs=ATTENTION)
+    mlp_ratio: float = identity(4.0, export=WRITTEN, needs=None)
+    norm: str = identity("layernorm", export=only("rmsnorm"), needs=None)
+    mlp: str = identity("gelu", export=only("swiglu"), needs=None)
+    parametrization: str = identity("sp", export=only("sp"), needs=None)
+    base_width: int = identity(128, export=NOT_IN_CHECKPOINT, needs=None)
+    dtype: str = identity("float32", export=NOT_IN_CHECKPOINT, needs=None)
+    attention: str = execution("auto", needs=ATTENTION)
+    position: PositionConfig = identity(factory=PositionConfig, export=WRITTEN, needs=ATTENTION)
+    layers: tuple[LayerConfig, ...] = identity(
+        (), neutral=(), label="layout", export=WRITTEN, needs=ATTENTION
+    )
+    scalable_softmax: bool = identity(
+        False, neutral=False, label=Label(" +SSMax"), export=only(False), needs=ATTENTION
+    )
+    family: str = identity(
+        "transformer",
+        neutral="transformer",
+        label="family",
+        export=only("transformer"),
+        needs=None,
+    )
+    kv_heads: int | None = identity(
+        None, neutral=None, label=Label(" kv{}"), export=WRITTEN, needs=ATTENTION
+    )
+    qkv_bias: bool = identity(
+        False, neutral=False, label=Label(" +qkv-bias"), export=WRITTEN, needs=ATTENTION
+    )
+    qk_norm: bool = identity(
+        False, neutral=False, label=Label(" +QK-norm"), export=WRITTEN, needs=ATTENTION
+    )
+    tie_embeddings: bool = identity(
+        False, neutral=False, label=Label(" +tied"), export=WRITTEN, needs=TIED_READOUT
+    )
+    norm_eps: float = identity(
+        1e-5, neutral=1e-5, label=Label(" eps{}"), export=WRITTEN, needs=NORM_EPS
+    )
+    init: InitConfig = identity(
+        factory=InitConfig,
+        neutral=InitConfig(),
+        label=Unlabelled("a checkpoint's architecture fields label its curves"),
+        export=NOT_IN_CHECKPOINT,
+        needs=None,
+    )
+    arch: Any = variant_field(
+        MODELS, "family", role=Role(True, label="family", export=NOT_IN_CHECKPOINT, needs=None)
+    )
 
     def __post_init__(self) -> None:
         cls = variant_class(MODELS, self.family, "model.family")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rope_lab.roles import Unlabelled, execution, identity
 from rope_lab.typed import ConfigError, check_choice, check_positive
 
 if TYPE_CHECKING:
@@ -31,18 +32,20 @@ class NTKConfig:
     probes, written at step 0 with `kernel` "nngp" (`rope_lab.ntk.nngp`); 0: off.
     """
 
-    enabled: bool = True
-    probes: int = 8
-    probe_multipliers: tuple[float, ...] = (2.0, 4.0, 8.0)
-    output: str = "random"
-    steps: tuple[int, ...] = ()
-    chunk_size: int = 8
-    groups: bool = True
-    position_probes: int = 2
-    pad_to_longest: bool = False
-    ridge: float = 1e-3
-    seed: int = 4321
-    nngp_samples: int = 0
+    enabled: bool = identity(True)
+    probes: int = identity(8)
+    probe_multipliers: tuple[float, ...] = identity((2.0, 4.0, 8.0))
+    output: str = identity("random")
+    steps: tuple[int, ...] = identity(())
+    chunk_size: int = execution(8)
+    groups: bool = identity(True)
+    position_probes: int = identity(2)
+    pad_to_longest: bool = execution(False)
+    ridge: float = identity(1e-3)
+    seed: int = identity(4321)
+    nngp_samples: int = identity(
+        0, neutral=0, label=Unlabelled("a measurement at initialisation: the same trained model")
+    )
 
 
 def check_ntk(cfg: TrialConfig) -> None:

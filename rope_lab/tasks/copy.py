@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from rope_lab.registry import TASKS
+from rope_lab.roles import identity
 from rope_lab.tasks.base import (
     Batch,
     Operands,
@@ -28,8 +29,8 @@ from rope_lab.tasks.base import (
 class CopyParams(TaskParams):
     """The parameters of :class:`CopyTask` (see there)."""
 
-    segment_fraction: float = 0.5
-    segment_length: int | None = None
+    segment_fraction: float = identity(0.5)
+    segment_length: int | None = identity(None)
     display_name: ClassVar[str] = "copy"
     order: ClassVar[int] = 2
     answer_at_end: ClassVar[bool] = True

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from rope_lab.registry import TASKS
+from rope_lab.roles import identity
 from rope_lab.tasks.base import (
     Batch,
     Operands,
@@ -28,9 +29,9 @@ from rope_lab.tasks.words import WordVocabulary, finish_words, top_words, word_o
 class CommonWordsParams(TaskParams):
     """The parameters of :class:`CommonWordsTask` (see there)."""
 
-    num_common: int = 3
-    common_ratio: float = 4.0
-    word_vocab: int = 32
+    num_common: int = identity(3)
+    common_ratio: float = identity(4.0)
+    word_vocab: int = identity(32)
     display_name: ClassVar[str] = "common words"
     order: ClassVar[int] = 9
     answer_at_end: ClassVar[bool] = True

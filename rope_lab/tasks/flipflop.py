@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from rope_lab.registry import TASKS
+from rope_lab.roles import identity
 from rope_lab.tasks.base import (
     Batch,
     Operands,
@@ -27,7 +28,7 @@ from rope_lab.tasks.base import (
 class FlipFlopParams(TaskParams):
     """The parameters of :class:`FlipFlopTask` (see there)."""
 
-    p_ignore: float = 0.8
+    p_ignore: float = identity(0.8)
     display_name: ClassVar[str] = "flip-flop"
     order: ClassVar[int] = 3
 

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from rope_lab.registry import TASKS
+from rope_lab.roles import identity
 from rope_lab.tasks.base import (
     Batch,
     Operands,
@@ -28,9 +29,9 @@ from rope_lab.tasks.words import WordVocabulary, finish_words, top_words, word_o
 class FrequentWordsParams(TaskParams):
     """The parameters of :class:`FrequentWordsTask` (see there)."""
 
-    num_frequent: int = 3
-    alpha: float = 2.0
-    word_vocab: int = 32
+    num_frequent: int = identity(3)
+    alpha: float = identity(2.0)
+    word_vocab: int = identity(32)
     display_name: ClassVar[str] = "frequent words"
     order: ClassVar[int] = 10
     answer_at_end: ClassVar[bool] = True

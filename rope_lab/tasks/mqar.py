@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from rope_lab.registry import TASKS
+from rope_lab.roles import identity
 from rope_lab.tasks.base import (
     Batch,
     Operands,
@@ -28,8 +29,8 @@ from rope_lab.tasks.base import (
 class MQARParams(TaskParams):
     """The parameters of :class:`MQARTask` (see there)."""
 
-    num_pairs: int = 8
-    pair_density: float = 0.0
+    num_pairs: int = identity(8)
+    pair_density: float = identity(0.0)
     display_name: ClassVar[str] = "MQAR"
     order: ClassVar[int] = 1
 

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from rope_lab.registry import TASKS
+from rope_lab.roles import identity
 from rope_lab.tasks import haystack as hs
 from rope_lab.tasks.base import (
     Batch,
@@ -31,14 +32,14 @@ from rope_lab.tasks.base import (
 class NeedleParams(TaskParams):
     """The parameters of :class:`NeedleTask` (see there)."""
 
-    num_keys: int = 1
-    num_values: int = 1
-    num_queries: int = 1
-    value_length: int = 2
-    key_vocab: int = 16
-    value_vocab: int = 16
-    haystack: str = "noise"
-    depth: float | None = None
+    num_keys: int = identity(1)
+    num_values: int = identity(1)
+    num_queries: int = identity(1)
+    value_length: int = identity(2)
+    key_vocab: int = identity(16)
+    value_vocab: int = identity(16)
+    haystack: str = identity("noise")
+    depth: float | None = identity(None)
     display_name: ClassVar[str] = "needle (RULER)"
     order: ClassVar[int] = 7
     answer_at_end: ClassVar[bool] = True

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from rope_lab.registry import TASKS
+from rope_lab.roles import identity
 from rope_lab.tasks.base import (
     Batch,
     Operands,
@@ -27,9 +28,9 @@ from rope_lab.tasks.base import (
 class PasskeyParams(TaskParams):
     """The parameters of :class:`PasskeyTask` (see there)."""
 
-    needle_length: int = 4
-    num_digits: int = 10
-    depth: float | None = None
+    needle_length: int = identity(4)
+    num_digits: int = identity(10)
+    depth: float | None = identity(None)
     display_name: ClassVar[str] = "passkey"
     order: ClassVar[int] = 0
     answer_at_end: ClassVar[bool] = True

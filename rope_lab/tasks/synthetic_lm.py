@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rope_lab.registry import TASKS
+from rope_lab.roles import identity
 from rope_lab.tasks.base import (
     Batch,
     Operands,
@@ -32,11 +33,11 @@ _SOURCE_CACHE: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
 class SyntheticLMParams(TaskParams):
     """The parameters of :class:`SyntheticLMTask` (see there)."""
 
-    branching: int = 4
-    copy_prob: float = 0.02
-    span_length: int = 16
-    min_lag: int = 32
-    seed: int = 0
+    branching: int = identity(4)
+    copy_prob: float = identity(0.02)
+    span_length: int = identity(16)
+    min_lag: int = identity(32)
+    seed: int = identity(0)
     display_name: ClassVar[str] = "synthetic LM"
     order: ClassVar[int] = 4
     default_metric: ClassVar[str] = "loss"

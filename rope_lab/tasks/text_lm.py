@@ -10,6 +10,7 @@ import jax
 import numpy as np
 
 from rope_lab.registry import TASKS
+from rope_lab.roles import identity
 from rope_lab.tasks.base import Batch, Operands, Task, TaskParams, check_float, check_split
 from rope_lab.tasks.corpora import builtin_text, is_builtin
 from rope_lab.tasks.windows import (  # re-exported: the text protocols' home is windows.py
@@ -63,9 +64,9 @@ def text_split_bounds(size: int, eval_fraction: float) -> dict[str, tuple[int, i
 class TextLMParams(TaskParams):
     """The parameters of :class:`TextLMTask` (see there)."""
 
-    path: str
-    eval_fraction: float = 0.1
-    eval_path: str | None = None
+    path: str = identity()
+    eval_fraction: float = identity(0.1)
+    eval_path: str | None = identity(None)
     display_name: ClassVar[str] = "text LM"
     order: ClassVar[int] = 5
     is_text: ClassVar[bool] = True

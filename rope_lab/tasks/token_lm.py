@@ -13,6 +13,7 @@ import numpy as np
 
 from rope_lab.corpus.meta import open_split, read_meta, token_bytes
 from rope_lab.registry import TASKS
+from rope_lab.roles import identity
 from rope_lab.tasks.base import Batch, Operands, Task, TaskParams, check_split, finish
 from rope_lab.tasks.windows import gather_windows, host_window_starts, sample_windows
 
@@ -27,7 +28,7 @@ _DEVICE: dict[tuple[str, int, int, str], jax.Array] = {}
 class TokenLMParams(TaskParams):
     """The parameters of :class:`TokenLMTask` (see there)."""
 
-    path: str
+    path: str = identity()
     display_name: ClassVar[str] = "token LM"
 
     def data_identity(self) -> str | None:

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from rope_lab.registry import TASKS
+from rope_lab.roles import identity
 from rope_lab.tasks import haystack as hs
 from rope_lab.tasks.base import (
     Batch,
@@ -29,11 +30,11 @@ from rope_lab.tasks.base import (
 class VariableTrackingParams(TaskParams):
     """The parameters of :class:`VariableTrackingTask` (see there)."""
 
-    num_hops: int = 4
-    num_chains: int = 2
-    var_vocab: int = 16
-    value_vocab: int = 16
-    haystack: str = "noise"
+    num_hops: int = identity(4)
+    num_chains: int = identity(2)
+    var_vocab: int = identity(16)
+    value_vocab: int = identity(16)
+    haystack: str = identity("noise")
     display_name: ClassVar[str] = "variable tracking"
     order: ClassVar[int] = 8
     answer_at_end: ClassVar[bool] = True

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rope_lab.registry import SCALINGS
+from rope_lab.roles import Label, Role, Unlabelled, execution, identity
 from rope_lab.typed import ConfigError, Params, check_positive, params_field, thaw
 
 if TYPE_CHECKING:
@@ -22,6 +23,7 @@ ANY_PROTOCOL = "any"
 # blocked kernel's custom VJP; cuDNN's kernel has no JVP rule either)
 REGIMES = ("rich", "lazy")
 LAZY_ATTENTION = ("auto", "reference")
+FINE_TUNED = Unlabelled("fine-tuned rows are labelled by their method, factor and steps")
 
 
 @dataclass(frozen=True)
@@ -41,26 +43,26 @@ class TrainConfig:
     same data, loss, optimiser and schedule (weight decay on theta, pulling it towards 0).
     """
 
-    length: int = 64
-    batch_size: int = 32
-    steps: int = 300
-    lr: float = 3e-3
-    warmup_steps: int = 30
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.01
-    b1: float = 0.9
-    b2: float = 0.98
-    eps: float = 1e-8
-    clip_norm: float = 1.0
-    seed: int = 0
-    log_every: int = 10
-    checkpoint_every: int = 0
-    eval_every: int = 0
-    devices: int | None = None
-    shard_params: bool = False
-    pose_target_length: int | None = None
-    pose_chunks: int = 2
-    regime: str = "rich"
+    length: int = identity(64)
+    batch_size: int = identity(32)
+    steps: int = identity(300)
+    lr: float = identity(3e-3)
+    warmup_steps: int = identity(30)
+    min_lr_ratio: float = identity(0.1)
+    weight_decay: float = identity(0.01)
+    b1: float = identity(0.9)
+    b2: float = identity(0.98)
+    eps: float = identity(1e-8)
+    clip_norm: float = identity(1.0)
+    seed: int = identity(0)
+    log_every: int = identity(10)
+    checkpoint_every: int = identity(0)
+    eval_every: int = identity(0)
+    devices: int | None = execution(None)
+    shard_params: bool = execution(False)
+    pose_target_length: int | None = identity(None, neutral=None, label=Label(" +PoSE {}"))
+    pose_chunks: int = identity(2, neutral=2, label=Label(" PoSE chunks {}"))
+    regime: str = identity("rich", neutral="rich", label=Label(" +lazy", when="lazy"))
 
 
 @dataclass(frozen=True)
@@ -70,8 +72,8 @@ class DecodeConfig:
     empty: off). The task's answer length sets how many tokens are generated, at most
     `max_new_tokens` (None: the whole answer); only the generated tokens are scored."""
 
-    protocols: tuple[str, ...] = ()
-    max_new_tokens: int | None = None
+    protocols: tuple[str, ...] = identity(())
+    max_new_tokens: int | None = identity(None)
 
 
 @dataclass(frozen=True)
@@ -105,28 +107,32 @@ class EvalConfig:
     depth, so a length x depth table needs no retraining.
     """
 
-    length_multipliers: tuple[float, ...] = (0.25, 0.5, 1.0, 1.5, 2.0, 4.0, 8.0, 16.0)
-    batches: int = 2
-    batch_size: int = 16
-    position_buckets: int = 8
-    methods: tuple[str, ...] = ("linear", "ntk", "dynamic", "yarn", "llama3")
-    factors: tuple[float, ...] = (2.0, 4.0)
+    length_multipliers: tuple[float, ...] = identity((0.25, 0.5, 1.0, 1.5, 2.0, 4.0, 8.0, 16.0))
+    batches: int = identity(2)
+    batch_size: int = identity(16)
+    position_buckets: int = identity(8)
+    methods: tuple[str, ...] = identity(("linear", "ntk", "dynamic", "yarn", "llama3"))
+    factors: tuple[float, ...] = identity((2.0, 4.0))
     method_params: Params = params_field(
-        SCALINGS, default=(("llama3", (("high_freq_factor", 4.0), ("low_freq_factor", 1.0))),)
+        SCALINGS,
+        default=(("llama3", (("high_freq_factor", 4.0), ("low_freq_factor", 1.0))),),
+        role=Role(True),
     )
-    finetune_steps: int = 0
-    finetune_lr: float = 1e-3
-    finetune_methods: tuple[str, ...] = ()
-    finetune_factors: tuple[float, ...] = ()
-    accuracy_threshold: float = 0.9
-    pad_to_longest: bool = False
-    memory_budget_mb: float = 4096.0
-    zero_shot_temperature: bool = False
-    depths: tuple[float, ...] = ()
-    text_protocol: str = "random"
-    text_stride: int | None = None
-    decode: DecodeConfig = DecodeConfig()
-    seed: int = 1234
+    finetune_steps: int = identity(0)
+    finetune_lr: float = identity(1e-3)
+    finetune_methods: tuple[str, ...] = identity((), neutral=(), label=FINE_TUNED)
+    finetune_factors: tuple[float, ...] = identity((), neutral=(), label=FINE_TUNED)
+    accuracy_threshold: float = identity(0.9)
+    pad_to_longest: bool = execution(False)
+    memory_budget_mb: float = execution(4096.0)
+    zero_shot_temperature: bool = identity(
+        False, neutral=False, label=Unlabelled("its rows are labelled by their method")
+    )
+    depths: tuple[float, ...] = identity(())
+    text_protocol: str = identity("random", neutral="random", label="protocol")
+    text_stride: int | None = identity(None, neutral=None, label="protocol")
+    decode: DecodeConfig = identity(DecodeConfig())
+    seed: int = identity(1234)
 
     def params_for(self, method: str) -> dict[str, Any]:
         """Extra parameters of one scaling method, as a dict."""

@@ -1,17 +1,20 @@
 """Trial ids: a readable slug plus the hash of what trains the model (`training_hash`).
 
 The eval block is not in the id: evaluation stages are keyed by their own fields
-(`rope_lab.trial.stage_plan`). Execution fields and fields at their neutral defaults are left
-out, so a finished trial is found again when rerun on other hardware or after a new option.
+(`rope_lab.trial.stage_plan`). What enters the hash is each field's declared role
+(`rope_lab.roles`): execution fields never, identity fields unless at their neutral value, so a
+finished trial is found again when rerun on other hardware or after a new option.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import typing
 from typing import TYPE_CHECKING, Any
 
-from rope_lab.typed import thaw, to_dict
+from rope_lab.roles import roles
+from rope_lab.typed import nested_dataclass, thaw, to_dict
 
 if TYPE_CHECKING:
     from rope_lab.config import TrialConfig
@@ -32,63 +35,31 @@ def trial_id(cfg: TrialConfig) -> str:
     return f"{slug}-{training_hash(cfg)}"
 
 
-# How a trial runs, not what it computes: left out of trial ids, so a finished trial is found
-# again when rerun on another device count, attention kernel, NTK chunking or eval/NTK padding.
-EXECUTION_FIELDS = (
-    "model.attention",
-    "train.devices",
-    "train.shard_params",
-    "eval.pad_to_longest",
-    "eval.memory_budget_mb",
-    "ntk.chunk_size",
-    "ntk.pad_to_longest",
-)
-
-
-# Fields added after trials were first run, with the value that means "as before": at that
-# value they are left out of the hash, so adding an off-by-default method keeps every existing
-# trial id (and its finished results) valid.
-NEUTRAL_DEFAULTS: dict[str, Any] = {
-    "model.layers": [],
-    "model.scalable_softmax": False,
-    "model.family": "transformer",
-    "model.kv_heads": None,
-    "model.qkv_bias": False,
-    "model.qk_norm": False,
-    "model.tie_embeddings": False,
-    "model.norm_eps": 1e-5,
-    "model.init": {"hf": None},
-    "train.pose_target_length": None,
-    "train.pose_chunks": 2,
-    "train.regime": "rich",
-    "eval.zero_shot_temperature": False,
-    "eval.finetune_methods": [],
-    "eval.finetune_factors": [],
-    "eval.text_protocol": "random",
-    "eval.text_stride": None,
-    "ntk.nngp_samples": 0,
-}
-
-
 def config_hash(cfg: Any, n: int = 10) -> str:
-    """Stable hex digest of a config's canonical JSON (`name`, EXECUTION_FIELDS and fields at
-    their NEUTRAL_DEFAULTS excluded)."""
-    return _digest(to_dict(cfg), n)
+    """Stable hex digest of a config's canonical JSON: its identity fields (`rope_lab.roles`)
+    at every depth, those at their neutral value left out, `name` and execution fields never
+    in it."""
+    return _digest(to_dict(cfg, identity_only=True), n)
 
 
 def _digest(data: dict[str, Any], n: int) -> str:
-    """`config_hash` of a config already as a dict (sections as sub-dicts)."""
-    data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items() if k != "name"}
-    for dotted in EXECUTION_FIELDS:
-        section, _, key = dotted.partition(".")
-        if isinstance(data.get(section), dict):
-            data[section].pop(key, None)
-    for dotted, neutral in NEUTRAL_DEFAULTS.items():
-        section, _, key = dotted.partition(".")
-        if isinstance(data.get(section), dict) and data[section].get(key, neutral) == neutral:
-            data[section].pop(key, None)
+    """Digest of a config's identity already as a dict (`typed.to_dict(identity_only=True)`)."""
     blob = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:n]
+
+
+def execution_fields(cls: type, prefix: str = "") -> tuple[str, ...]:
+    """Dotted names of the execution fields of a config class and its nested sections (the
+    fields never in an id), e.g. `("model.attention", "train.devices", ...)` of a
+    TrialConfig."""
+    out: list[str] = []
+    hints = typing.get_type_hints(cls)
+    for f, role in roles(cls):
+        if not role.identity:
+            out.append(f"{prefix}{f.name}")
+        elif (nested := nested_dataclass(hints[f.name])) is not None:
+            out.extend(execution_fields(nested, f"{prefix}{f.name}."))
+    return tuple(out)
 
 
 # The sections that decide the trained model (and its NTK trajectory); `eval` is not one: the
@@ -102,7 +73,7 @@ def training_hash(cfg: TrialConfig, n: int = 10) -> str:
     is `sized_by_length` (a learned table), and the task's `data_identity` when it has one (a
     prepared corpus' fingerprint). Specs differing only in evaluation, scalings or fine-tunes
     share the trained model."""
-    full = to_dict(cfg)
+    full = to_dict(cfg, identity_only=True)
     data: dict[str, Any] = {section: full[section] for section in TRAINING_SECTIONS}
     from rope_lab.registry import TASKS  # a task's data identity (a corpus' fingerprint)
 

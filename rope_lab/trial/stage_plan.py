@@ -40,8 +40,8 @@ DECODE = "decode"  # the decode stage's name before its hash
 # every evaluation stage's key, so a field added to EvalConfig reruns the evaluation until it
 # is listed here.
 NOT_READING: Final[Mapping[str, str]] = {
-    "pad_to_longest": "execution (`trial.ids.EXECUTION_FIELDS`): the same rows, padded",
-    "memory_budget_mb": "execution (`trial.ids.EXECUTION_FIELDS`): the same rows, in sub-batches",
+    "pad_to_longest": "execution (its role, `rope_lab.roles`): the same rows, padded",
+    "memory_budget_mb": "execution (its role, `rope_lab.roles`): the same rows, in sub-batches",
     "accuracy_threshold": "the summary's threshold, applied to the rows once written",
     "methods": "which scaling stages exist; each stage's key holds its method",
     "factors": "which scaling stages exist; each stage's key holds its factor",

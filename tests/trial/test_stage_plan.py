@@ -12,10 +12,11 @@ from rope_lab.config import (
     ConfigError,
     DecodeConfig,
     EvalConfig,
+    TrialConfig,
     replace,
     validate,
 )
-from rope_lab.trial.ids import EXECUTION_FIELDS
+from rope_lab.trial.ids import execution_fields
 from rope_lab.trial.scaling_plan import Scaling
 from rope_lab.trial.stage_plan import (
     DECODE_FIELDS,
@@ -28,6 +29,8 @@ from rope_lab.trial.stage_plan import (
     trial_stages,
 )
 from tests.helpers import tiny_trial
+
+EXECUTION_FIELDS = execution_fields(TrialConfig)
 
 
 def _names(cfg) -> dict[tuple[str, float], str]:

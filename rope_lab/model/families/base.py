@@ -4,8 +4,9 @@ A family's own fields live under `model.<family>` (`model.cnn.kernel_size`); the
 (`model.width`, `model.depth`, `model.norm`, `model.mlp`, `model.parametrization`, ...) stay in
 `ModelConfig`. What the rest of rope_lab asks of a family is a class attribute or a method here,
 never its name: whether RoPE scaling stages can apply (`supports_scaling`), whether it decodes
-with a cache (`decodes`), the `ModelConfig` fields it has no use for (`unused_fields`, rejected
-off their defaults), its trial-id slug, its curve label, its receptive field and its cost.
+with a cache (`decodes`), the capabilities it has (`capabilities`: a `ModelConfig` field that
+needs one it lacks, as the field's role declares, is rejected off its default, naming the
+field), its trial-id slug, its curve label, its receptive field and its cost.
 Imports no JAX.
 """
 
@@ -14,12 +15,14 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from rope_lab.model.config import ModelConfig
+from rope_lab.roles import roles
 from rope_lab.typed import ConfigError
 
 if TYPE_CHECKING:
     from jaxtyping import PRNGKeyArray
 
-    from rope_lab.config import ModelConfig, TrialConfig
+    from rope_lab.config import TrialConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,8 +34,9 @@ class FamilyConfig:
     # evaluation-time RoPE scaling may apply (then the encodings decide, `ModelConfig`)
     supports_scaling: ClassVar[bool] = True
     decodes: ClassVar[bool] = True  # greedy decoding with a cache (`rope_lab.model.decode`)
-    # `ModelConfig` fields the family does not read: set off their defaults, they are rejected
-    unused_fields: ClassVar[tuple[str, ...]] = ()
+    # what the network has (`model.config.ATTENTION`, ...): a `ModelConfig` field whose role
+    # `needs` another is rejected off its default (`unused_fields`)
+    capabilities: ClassVar[frozenset[str]] = frozenset()
 
     def build(
         self,
@@ -46,11 +50,19 @@ class FamilyConfig:
         """The freshly initialised network: `net(tokens (*B, L), positions) -> (*B, L, V)`."""
         raise NotImplementedError
 
+    @property
+    def unused_fields(self) -> tuple[str, ...]:
+        """The `ModelConfig` fields this family has no use for: those whose role `needs` a
+        capability it lacks (`rope_lab.roles`)."""
+        return tuple(
+            f.name
+            for f, role in roles(ModelConfig)
+            if isinstance(role.needs, str) and role.needs not in self.capabilities
+        )
+
     def check(self, trial: TrialConfig, path: str) -> None:
         """ConfigError naming the key unless the family's fields fit the trial; the base
         rejects `unused_fields` set off their defaults."""
-        from rope_lab.config import ModelConfig
-
         default = ModelConfig()
         for field in self.unused_fields:
             value = getattr(trial.model, field)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from rope_lab.model.families.base import FamilyConfig
 from rope_lab.registry import MODELS
+from rope_lab.roles import identity
 from rope_lab.typed import ConfigError, check_positive
 
 
@@ -23,25 +24,12 @@ class CNNConfig(FamilyConfig):
     """Stacked causal dilated convolutions, each followed by the model's MLP, pre-norm residual
     blocks (`model.cnn.kernel_size`, `model.cnn.dilations`)."""
 
-    kernel_size: int = 3
-    dilations: tuple[int, ...] = (1, 2, 4, 8)
+    kernel_size: int = identity(3)
+    dilations: tuple[int, ...] = identity((1, 2, 4, 8))
 
     order = 1
     supports_scaling = False  # no rotary encoding for a scaling to act on
     decodes = False  # no cached decoder (a ring buffer per layer would be one)
-    unused_fields = (
-        "heads",
-        "head_dim",
-        "attention",
-        "position",
-        "layers",
-        "scalable_softmax",
-        "kv_heads",
-        "qkv_bias",
-        "qk_norm",
-        "tie_embeddings",
-        "norm_eps",
-    )
 
     def build(self, model, vocab_size, *, train_length, max_length, key):
         """A `CNN` (`rope_lab.model.cnn.init_cnn`)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rope_lab.model.config import ATTENTION, NORM_EPS, TIED_READOUT
 from rope_lab.model.families.base import FamilyConfig
 from rope_lab.registry import MODELS
 
@@ -15,6 +16,7 @@ class TransformerFamily(FamilyConfig):
     """The Transformer of `rope_lab.model.transformer`; the encodings decide scaling."""
 
     order = 0
+    capabilities = frozenset({ATTENTION, TIED_READOUT, NORM_EPS})
 
     def build(self, model, vocab_size, *, train_length, max_length, key):
         """A `Transformer` (a learned table gets `max_length` rows)."""

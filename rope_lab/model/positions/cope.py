@@ -39,6 +39,7 @@ from jaxtyping import Array, Bool, Float
 
 from rope_lab.model.positions.base import EncodingConfig, PositionEncoding
 from rope_lab.registry import POSITIONS
+from rope_lab.roles import identity
 from rope_lab.typed import ConfigError
 
 
@@ -86,7 +87,7 @@ class CopeConfig(EncodingConfig):
     """Number of position embeddings; positions clamp at npos_max - 1
     (`model.position.cope.npos_max`)."""
 
-    npos_max: int = 64
+    npos_max: int = identity(64)
 
     label = "CoPE"
     order = 9

@@ -36,6 +36,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from rope_lab.model.positions.base import EncodingConfig, PositionEncoding
 from rope_lab.registry import POSITIONS
+from rope_lab.roles import identity
 from rope_lab.typed import ConfigError
 
 
@@ -84,9 +85,9 @@ class FireConfig(EncodingConfig):
     """MLP width and initial c and L (`model.position.fire.hidden`, `.c_init`,
     `.threshold_init`; threshold_init None: the training length)."""
 
-    hidden: int = 32
-    c_init: float = 0.1
-    threshold_init: float | None = 512.0
+    hidden: int = identity(32)
+    c_init: float = identity(0.1)
+    threshold_init: float | None = identity(512.0)
 
     label = "FIRE"
     order = 8

@@ -21,6 +21,7 @@ from jaxtyping import Array, Float
 
 from rope_lab.model.positions.base import EncodingConfig, PositionEncoding
 from rope_lab.registry import POSITIONS
+from rope_lab.roles import identity
 from rope_lab.typed import ConfigError
 
 
@@ -59,8 +60,8 @@ class KerpleLog(PositionEncoding):
 class KerpleLogConfig(EncodingConfig):
     """Initial r1 and r2 of every head (`model.position.kerple_log.r1_init`, `.r2_init`)."""
 
-    r1_init: float = 1.0
-    r2_init: float = 1.0
+    r1_init: float = identity(1.0)
+    r2_init: float = identity(1.0)
 
     label = "KERPLE-log"
     order = 5
@@ -116,8 +117,8 @@ class KerplePower(PositionEncoding):
 class KerplePowerConfig(EncodingConfig):
     """Initial r1 and r2 of every head (`model.position.kerple_power.r1_init`, `.r2_init`)."""
 
-    r1_init: float = 1.0
-    r2_init: float = 1.0
+    r1_init: float = identity(1.0)
+    r2_init: float = identity(1.0)
 
     label = "KERPLE-power"
     order = 7

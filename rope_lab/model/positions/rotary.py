@@ -22,6 +22,7 @@ from rope_lab.model import rope
 from rope_lab.model.positions.base import EncodingConfig, Frozen, PositionEncoding, known_scaling
 from rope_lab.model.scalings.remaps import Remap
 from rope_lab.registry import POSITIONS, SCALINGS
+from rope_lab.roles import Role, identity
 from rope_lab.typed import ConfigError, Params, params_field, thaw
 
 if TYPE_CHECKING:
@@ -58,11 +59,11 @@ class RotaryConfig(EncodingConfig):
     `model.position.<kind>.<field>`, so every rotary kind's training-time scaling reads the same.
     """
 
-    theta: float = 10000.0
-    rotary_fraction: float = 1.0
-    scaling: str = "default"
-    factor: float = 1.0
-    params: Params = params_field(SCALINGS, "scaling")
+    theta: float = identity(10000.0)
+    rotary_fraction: float = identity(1.0)
+    scaling: str = identity("default")
+    factor: float = identity(1.0)
+    params: Params = params_field(SCALINGS, "scaling", role=Role(True))
 
     hooks = frozenset({"rotate"})
     family = "relative"

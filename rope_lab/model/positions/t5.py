@@ -36,6 +36,7 @@ from jaxtyping import Array, Float, Int
 
 from rope_lab.model.positions.base import EncodingConfig, PositionEncoding
 from rope_lab.registry import POSITIONS
+from rope_lab.roles import identity
 from rope_lab.typed import ConfigError
 
 
@@ -114,8 +115,8 @@ class T5BiasConfig(EncodingConfig):
     """Bucket count and the distance where the last bucket starts
     (`model.position.t5_bias.num_buckets`, `.max_distance`)."""
 
-    num_buckets: int = 32
-    max_distance: int = 128
+    num_buckets: int = identity(32)
+    max_distance: int = identity(128)
 
     label = "T5 bias"
     order = 6

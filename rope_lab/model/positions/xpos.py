@@ -26,6 +26,7 @@ from jaxtyping import Array, Float
 from rope_lab.model.positions.base import Frozen
 from rope_lab.model.positions.rotary import RotaryConfig, RotaryPE
 from rope_lab.registry import POSITIONS
+from rope_lab.roles import identity
 from rope_lab.typed import ConfigError
 
 # largest |log| of a float32 scale kept, with margin below log(float32 max) = 88.7
@@ -72,8 +73,8 @@ class XPosPE(RotaryPE):
 class XPosConfig(RotaryConfig):
     """xPos: RoPE's fields plus the decay's `gamma` (0.4 in the paper) and `scale_base` (512)."""
 
-    gamma: float = 0.4
-    scale_base: float = 512.0
+    gamma: float = identity(0.4)
+    scale_base: float = identity(512.0)
 
     label = "xPos"
     order = 10

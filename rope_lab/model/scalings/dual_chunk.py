@@ -15,6 +15,7 @@ from typing import Any
 from rope_lab.model.scalings.remaps import PositionSets, Remap, as_float, window_or, xp
 from rope_lab.model.scalings.rerope import NOT_IN_HF
 from rope_lab.registry import SCALINGS
+from rope_lab.roles import identity
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,8 @@ class Chunks(PositionSets):
 class DualChunk(Remap):
     """Chunk size and local window in tokens (defaults 3/4 and 1/16 of L_train)."""
 
-    chunk_size: int | None = None
-    local_window: int | None = None
+    chunk_size: int | None = identity(None)
+    local_window: int | None = identity(None)
     order = 23
     colors = ("#7fcdbb", "#0c2c84")
     not_in_hf = NOT_IN_HF

@@ -11,6 +11,7 @@ import numpy as np
 
 from rope_lab.model.scalings.base import Scaling, _exponents, _output, _require_real
 from rope_lab.registry import SCALINGS
+from rope_lab.roles import identity
 
 
 @SCALINGS.register("llama3")
@@ -18,8 +19,8 @@ from rope_lab.registry import SCALINGS
 class Llama3(Scaling):
     """Llama 3.1 scaling; both band factors are required (0 < low_freq_factor < high)."""
 
-    low_freq_factor: float
-    high_freq_factor: float
+    low_freq_factor: float = identity()
+    high_freq_factor: float = identity()
 
     needs_original_length = True
     order = 7

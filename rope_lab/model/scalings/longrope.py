@@ -11,6 +11,7 @@ import numpy as np
 
 from rope_lab.model.scalings.base import Scaling, _base_inv_freq, _output, _require_optional_real
 from rope_lab.registry import SCALINGS
+from rope_lab.roles import identity
 
 
 def _as_floats(value: Any) -> Any:
@@ -47,9 +48,9 @@ def _check_factors(name: str, value: Any, half: int) -> None:
 class LongRope(Scaling):
     """LongRoPE; `short_factor` and `long_factor` (d/2 positive numbers each) are required."""
 
-    short_factor: tuple[float, ...]
-    long_factor: tuple[float, ...]
-    attention_factor: float | None = None
+    short_factor: tuple[float, ...] = identity()
+    long_factor: tuple[float, ...] = identity()
+    attention_factor: float | None = identity(None)
 
     needs_original_length = True
     length_dependent = True

@@ -18,6 +18,7 @@ import numpy as np
 from rope_lab.model.scalings.base import Scaling, _output
 from rope_lab.model.scalings.yarn import check_ramp, ramp_blend
 from rope_lab.registry import SCALINGS
+from rope_lab.roles import identity
 
 
 @SCALINGS.register("ntk_by_parts")
@@ -25,9 +26,9 @@ from rope_lab.registry import SCALINGS
 class NtkByParts(Scaling):
     """NTK-by-parts; None fields take YaRN's defaults (betas 32 and 1, truncate True)."""
 
-    beta_fast: float | None = None
-    beta_slow: float | None = None
-    truncate: bool | None = None
+    beta_fast: float | None = identity(None)
+    beta_slow: float | None = identity(None)
+    truncate: bool | None = identity(None)
 
     needs_original_length = True
     order = 5

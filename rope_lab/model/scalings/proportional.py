@@ -10,6 +10,7 @@ import numpy as np
 
 from rope_lab.model.scalings.base import Scaling, _base_inv_freq, _is_real, _output
 from rope_lab.registry import SCALINGS
+from rope_lab.roles import identity
 
 
 @SCALINGS.register("proportional")
@@ -17,7 +18,7 @@ from rope_lab.registry import SCALINGS
 class Proportional(Scaling):
     """Proportional RoPE; `partial_rotary_factor` in (0, 1] is the rotated share of the head."""
 
-    partial_rotary_factor: float = 1.0
+    partial_rotary_factor: float = identity(1.0)
 
     order = 9
     colors = ("#d7c4b7", "#5d4037")

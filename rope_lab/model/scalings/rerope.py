@@ -12,6 +12,7 @@ from typing import Any
 
 from rope_lab.model.scalings.remaps import PositionSets, Remap, as_float, window_or, xp
 from rope_lab.registry import SCALINGS
+from rope_lab.roles import identity
 
 NOT_IN_HF = "a relative-position remap, not a frequency scaling: no rope_type expresses it"
 
@@ -50,7 +51,7 @@ def default_window(train_length: int) -> int:
 class ReRoPE(Remap):
     """Relative positions clamped at `window` (default L_train / 2, in tokens)."""
 
-    window: int | None = None
+    window: int | None = identity(None)
     order = 20
     colors = ("#bdbdbd", "#252525")
     not_in_hf = NOT_IN_HF
@@ -66,7 +67,7 @@ class ReRoPE(Remap):
 class LeakyReRoPE(Remap):
     """Exact inside `window` (default L_train / 2), slope 1 / factor beyond."""
 
-    window: int | None = None
+    window: int | None = identity(None)
     uses_factor = True
     order = 21
     colors = ("#fdae6b", "#7f2704")

@@ -13,6 +13,7 @@ from typing import Any
 from rope_lab.model.scalings.remaps import PositionSets, Remap, as_float, window_or, xp
 from rope_lab.model.scalings.rerope import NOT_IN_HF
 from rope_lab.registry import SCALINGS
+from rope_lab.roles import identity
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ class Grouped(PositionSets):
 class SelfExtend(Remap):
     """Group size `factor`, neighbour window `window` (default L_train / 4, in tokens)."""
 
-    window: int | None = None
+    window: int | None = identity(None)
     uses_factor = True
     order = 22
     colors = ("#fee391", "#993404")

@@ -13,6 +13,7 @@ from typing import Any
 from rope_lab.model.scalings.remaps import PositionSets, Remap, as_float, window_or, xp
 from rope_lab.model.scalings.rerope import NOT_IN_HF
 from rope_lab.registry import SCALINGS
+from rope_lab.roles import identity
 
 
 @dataclass(frozen=True)
@@ -44,8 +45,8 @@ class Shifted(PositionSets):
 class String(Remap):
     """Shift S and local window W in tokens (defaults L_train / 3 and min(128, L_train / 16))."""
 
-    shift: int | None = None
-    local_window: int | None = None
+    shift: int | None = identity(None)
+    local_window: int | None = identity(None)
     order = 24
     colors = ("#e6f598", "#66a61e")
     not_in_hf = NOT_IN_HF

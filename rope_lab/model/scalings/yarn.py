@@ -19,6 +19,7 @@ from rope_lab.model.scalings.base import (
     _yarn_mscale,
 )
 from rope_lab.registry import SCALINGS
+from rope_lab.roles import identity
 
 BETA_FAST = 32.0
 BETA_SLOW = 1.0
@@ -58,12 +59,12 @@ class Yarn(Scaling):
     """YaRN; None fields take HF's defaults (betas 32 and 1, truncate True, mscale-derived
     attention factor). mscale and mscale_all_dim count only when both are non-zero."""
 
-    beta_fast: float | None = None
-    beta_slow: float | None = None
-    mscale: float | None = None
-    mscale_all_dim: float | None = None
-    attention_factor: float | None = None
-    truncate: bool | None = None
+    beta_fast: float | None = identity(None)
+    beta_slow: float | None = identity(None)
+    mscale: float | None = identity(None)
+    mscale_all_dim: float | None = identity(None)
+    attention_factor: float | None = identity(None)
+    truncate: bool | None = identity(None)
 
     needs_original_length = True
     order = 4
