@@ -102,7 +102,7 @@ def _write_plots(run_dir: Path) -> list[Path]:
 
 
 def _cmd_sweep_plan(args: argparse.Namespace) -> int:
-    from rope_lab.sweep.plan import plan_table
+    from rope_lab.sweep.plan_table import plan_table
     from rope_lab.sweep.spec import load_spec
 
     print(plan_table(load_spec(args.spec), flops_per_s=args.flops))

@@ -12,11 +12,12 @@ of ``LSE(...) - log L``, by L-BFGS-B from a grid of initialisations (alpha, beta
 Speed: the objective and its analytic gradient are vectorised over points, and over starts
 when the whole grid is scored at once. By default (``n_starts=16``) the objective is evaluated
 on all 4500 grid points and L-BFGS-B runs from the 16 best of them only; ``n_starts=None`` runs
-it from every grid point (Hoffmann's full multi-start, ~300x slower). On the noiseless and noisy
+it from every grid point (Hoffmann's full multi-start, far slower). On the noiseless and noisy
 data of ``tests/analysis/test_loss_law.py`` both reach the same optimum (to 1e-6 in every
 parameter).
-Bootstrap refits start from the full-data optimum only (~9 ms each for 30 points; scoring the
-grid again and a second start from its best point would cost ~80 ms more per refit).
+Bootstrap refits start from the full-data optimum only (scoring the grid again and a second
+start from its best point would cost several times as much per refit). Timings:
+benchmarks/RESULTS.md, "Figures moved from rope_lab's docstrings".
 
 ``d=None`` fits the one-variable law ``L(N) = E + A / N**alpha`` (D constant, e.g. a sweep over
 width at a fixed token budget): the same objective without the B term, from the (e, a, alpha)
@@ -180,7 +181,8 @@ def _minimise(
     # Scaled by 1/delta the objective is ~ sum |r| (gradients O(1)); the tolerances are tight
     # because Hoffmann et al.'s published fit stopped short of the optimum (Besiroglu et al.).
     # L-BFGS-B runs in centred log N and log D: a and alpha (b and beta) are then far less
-    # correlated (30-40% fewer iterations, optima closer to exact on noiseless data).
+    # correlated (fewer iterations, optima closer to exact on noiseless data; see
+    # benchmarks/RESULTS.md).
     scale = min(delta, 1.0)
     cn, cd = float(ln.mean()), 0.0 if ld is None else float(ld.mean())
     lnc, ldc = ln - cn, None if ld is None else ld - cd
@@ -299,7 +301,7 @@ def fit_loss_law(
     if not delta > 0:
         raise ValueError(f"delta must be > 0, got {delta}")
     # L-BFGS-B's 5-variable linear algebra gains nothing from BLAS threads, and on a loaded
-    # 2-core machine their hand-offs made a 60-refit fit take 13.7 s instead of 1.5 s
+    # 2-core machine their hand-offs made a fit several times slower (benchmarks/RESULTS.md)
     with threadpool_limits(limits=1, user_api="blas"):
         return _fit(na, da, la, ga, delta, n_boot, level, seed, n_starts)
 

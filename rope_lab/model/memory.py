@@ -117,9 +117,9 @@ def train_step_bytes(
     per position for the logits.
 
     Calibrated, like `forward_bytes`, against XLA's estimate of the compiled step (arguments
-    + temporaries; tests/model/test_memory.py): 1.05-2.1x over RoPE, ALiBi, T5, KERPLE,
-    FIRE, CoPE, xPos and learned tables, both attention paths. A lazy (linearised) model's
-    step is not estimated.
+    + temporaries; tests/model/test_memory.py checks the bound lies within 1-2.5x of it) over
+    RoPE, ALiBi, T5, KERPLE, FIRE, CoPE, xPos and learned tables, both attention paths; the
+    measured ratios: benchmarks/RESULTS.md. A lazy (linearised) model's step is not estimated.
     """
     widest = max(model.width, model.attention_width)
     implementation = "reference" if _contextual(model) else model.attention

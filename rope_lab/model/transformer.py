@@ -8,8 +8,8 @@ not grow with depth.
 
 Speed (see `benchmarks/train_step.py`): a batch runs every dense layer as one (B L, D) matmul
 (`dense`) and vmaps only attention; vmapped over whole sequences, XLA:CPU contracts each weight
-gradient over two axes (batch, length) through a transposed copy of the output cotangent (train
-step 1.07x / 1.10x faster batched at width 256 / 512). q, k, v and the SwiGLU gate and up
+gradient over two axes (batch, length) through a transposed copy of the output cotangent (the
+batched train step is faster: benchmarks/RESULTS.md). q, k, v and the SwiGLU gate and up
 projections each run as one matmul against their weights concatenated at call time (the
 parameter tree is unchanged); `lax.split` (not slicing) separates the outputs, so the backward
 pass concatenates the parts instead of summing zero-padded copies. Attention runs on
@@ -45,7 +45,7 @@ from rope_lab.model.positions import Frozen, PositionEncoding, make_position_enc
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # Blocks unrolled per scan iteration: all of them up to this depth, then a loop over groups of this
-# many (compile time stays flat with depth; fully unrolled is ~8% faster per step at depth 4).
+# many (compile time stays flat with depth; unrolled is faster per step: benchmarks/RESULTS.md).
 MAX_UNROLL = 8
 DEFAULT_LAYER = LayerConfig()  # full causal attention, the model-wide encoding
 

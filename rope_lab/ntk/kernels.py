@@ -26,13 +26,11 @@ arguments compute their features once and give an exactly symmetric kernel. A po
 with `chunk_size` < L runs each sequence once per block of `chunk_size` one-hot masks.
 `chunk_size` bounds the device memory of one gradient pass; the host keeps every feature.
 
-Measured on this project's shared 2-core CPU (rope, width 64, depth 2, V = 24, N = 16, L = 64,
-output u, compiled, min of 11): Theta(D1, D2) 59 ms, Theta(D, D) with chunk_size 8 25 ms;
-position kernel of 4 x 64 by 4 x 64 positions, chunk_size 16: 0.8 s. The host matmuls are
-multithreaded OpenBLAS: on an oversubscribed machine one contraction occasionally stalls
-(0.1-1.8 s seen at load 8 on 2 cores; at most 34 ms with OPENBLAS_NUM_THREADS=1).
-Leaf-wise contraction ties one flattened Jacobian J1 J2^T and never concatenates P-long rows;
-NTK-vector products (vjp, then jvp per column) were ~10x slower. Caution: on this jax/XLA CPU
+Kernel timings on this project's shared 2-core CPU: benchmarks/RESULTS.md, "Figures moved from
+rope_lab's docstrings". The host matmuls are multithreaded OpenBLAS: on an oversubscribed
+machine one contraction occasionally stalls (not with OPENBLAS_NUM_THREADS=1). Leaf-wise
+contraction ties one flattened Jacobian J1 J2^T and never concatenates P-long rows; NTK-vector
+products (vjp, then jvp per column) were much slower. Caution: on this jax/XLA CPU
 build, `jit(vmap(vjp))` of an already batched function is miscompiled for large intermediates
 (per-cotangent gradients off by ~30%). This module vmaps single-example `jacrev`s; the slow test
 `test_matches_vmap_free_gradients` checks it against gradients taken without vmap.

@@ -15,11 +15,9 @@ positions offset by L_train for the shift error) runs padded to the longest prob
 (exact: the model is causal), so one program serves them all. The tracker writes, at step 0,
 kernel "nngp", group "total", the metrics registered with `nngp` (`rope_lab.ntk.metrics`).
 
-Cost, measured on the shared 2-core CPU (rope, width 64, depth 2, L_train 32, 8 probes at 1, 2,
-4 and 8 x L_train, output u): K = 8 took 9.7 s once per trial, mostly compilation (the program's
-compute is 5 chunks x 0.32 s = 1.6 s, every probe set run at 8 x L_train), against 14 s for
-that trial's NTK tracking over 200 steps (12 s at the first NTK step, compilation included,
-then 0.23 s per step, 10 steps).
+Cost: paid once per trial and mostly compilation (every probe set runs at the longest probe
+length through the one program), less than the trial's NTK tracking; the measurement (K = 8 on
+the shared 2-core CPU): benchmarks/RESULTS.md, "Figures moved from rope_lab's docstrings".
 """
 
 from __future__ import annotations

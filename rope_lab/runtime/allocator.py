@@ -3,11 +3,11 @@
 XLA's CPU runtime allocates a program's buffers at each execution, mostly from its worker
 threads. glibc serves blocks above 32 MiB with fresh `mmap`ed pages, gives threads their own
 arenas whose freed tops it hands back to the kernel, and trims the main heap, so every training
-step faults its whole working set in again: ~257k minor faults and ~0.5 s of kernel time per
-width-256 step of `benchmarks/train_step.py`. One arena (`arena_max=1`), no `mmap`ed blocks
-(`mmap_max=0`) and no trimming keep freed memory in the process for the next step: the faults
-drop to ~0 and the step runs 1.2-1.3x faster (`benchmarks/allocator.py`, interleaved). The cost:
-the resident set does not shrink after its peak, which suits a process that runs trials.
+step faults its whole working set in again, at a cost in kernel time per step. One arena
+(`arena_max=1`), no `mmap`ed blocks (`mmap_max=0`) and no trimming keep freed memory in the
+process for the next step: the faults all but vanish and the step runs faster
+(`benchmarks/allocator.py`, interleaved; the figures: benchmarks/RESULTS.md, "Allocator"). The
+cost: the resident set does not shrink after its peak, which suits a process that runs trials.
 
 glibc reads `GLIBC_TUNABLES` once, at process start, so the setting can only reach processes not
 yet started: the `rope-lab` command re-executes itself once with it, and sweep workers get it

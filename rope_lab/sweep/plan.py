@@ -1,14 +1,24 @@
-"""Cost estimates of a sweep's trials, and the table printed by `rope-lab sweep plan`."""
+"""Cost estimates of a sweep's trials: parameters, tokens, FLOPs (training, fine-tuning,
+evaluation, NTK tracking), stages, evaluation and training memory and the decoding cache
+(`estimate_cost`), and the devices each trial asks for and trains on (`trial_devices`).
+`plan_table.py` prints them as the table of `rope-lab sweep plan`.
+"""
 
 from __future__ import annotations
 
 import math
 
 from rope_lab.config import TrialConfig
+from rope_lab.model.memory import (
+    forward_bytes,
+    kv_cache_bytes,
+    layer_sets,
+    sequences_per_forward,
+    train_step_bytes,
+)
 from rope_lab.ntk.plan import gradient_passes, outputs_per_row
 from rope_lab.runtime.device_share import memory_fraction
-from rope_lab.sweep.spec import Resources, SweepSpec, axis_assignments, format_value
-from rope_lab.trial.packing import plan_packs
+from rope_lab.sweep.spec import Resources
 from rope_lab.trial.scaling_plan import finetune_scalings, position_sets, scalings_for
 from rope_lab.trial.stage_plan import trial_stages
 
@@ -42,8 +52,6 @@ def forward_flops(trial: TrialConfig, length: int, sets: int = 1) -> int:
     2 N L, `FamilyConfig.cost`) gives it; see `estimate_cost`. Under a remap of `sets` = S
     position sets a remapped layer computes S logits per pair: 2 (S + 1) L^2 A for its
     attention."""
-    from rope_lab.model.memory import layer_sets
-
     m = trial.model
     own = m.arch.cost(m, trial.task.vocab_size, length)
     if own is not None:
@@ -101,6 +109,7 @@ def eval_sequences(trial: TrialConfig, length: int) -> int:
     ev = trial.eval
     if ev.text_protocol == "random":
         return ev.batches * ev.batch_size
+    # deferred: the tasks import JAX, which only the text protocols need here
     from rope_lab.tasks import task_from_config
     from rope_lab.tasks.text_lm import window_count
 
@@ -167,11 +176,10 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
     total_flops = train + fine-tune + eval + NTK. stages: `n_stages`.
     Periodic hooks other than the NTK tracking are not counted.
     A lazy trial (`train.regime: lazy`) runs one `jax.jvp` of the network per forward and the
-    transpose of that jvp per backward: measured against the rich step in the same run
-    (`benchmarks/lazy_step.py`, RESULTS.md: width 64 and 128, depth 2, L 64, CPU), a lazy
-    train step took 1.42x / 1.41x a rich one and a lazy evaluation forward 2.32x / 1.98x a
-    rich one, so its train, fine-tune and NTK FLOPs are counted x LAZY_STEP (a gradient pass
-    through the jvp) and its eval FLOPs x LAZY_FORWARD.
+    transpose of that jvp per backward, so its train, fine-tune and NTK FLOPs are counted
+    x LAZY_STEP (a gradient pass through the jvp) and its eval FLOPs x LAZY_FORWARD, factors
+    measured against the rich step in the same run (`benchmarks/lazy_step.py`; the figures:
+    benchmarks/RESULTS.md, "Lazy (linearised) vs rich train step and forward").
     A model family with its own counts (`FamilyConfig.cost`) gives its parameters and F(L):
     the CNN's N counts its convolutions (k D^2 per layer, as a matmul over the k taps), MLPs and
     readout, and F(L) = 2 N L (no attention); receptive_field is its window (0 for attention,
@@ -233,8 +241,6 @@ def _memory(trial: TrialConfig, n_params: int, attention: bool) -> dict[str, int
     evaluated length (`memory.kv_cache_bytes`, keys once per position set of the stage with the
     most; 0 for a family without attention). Parameters count 2 bytes when a checkpoint loads
     in bfloat16, else 4. Training and fine-tuning memory is `train_memory`'s."""
-    from rope_lab.model.memory import forward_bytes, kv_cache_bytes, sequences_per_forward
-
     m = trial.model
     width = 2 if m.init.hf is not None and m.dtype == "bfloat16" else 4
     longest = max(trial.eval_lengths)
@@ -267,8 +273,6 @@ def train_memory(
     a remap, with its position sets), the batch split over `train_devices` (rounded up) and,
     when `sharded` (FSDP), the parameters and optimiser state too. None for a lazy trial (its
     step is a jvp and its transpose, not estimated)."""
-    from rope_lab.model.memory import train_step_bytes
-
     tr = trial.train
     if tr.regime == "lazy":
         return None
@@ -305,171 +309,3 @@ def trial_devices(trial: TrialConfig, resources: Resources) -> dict:
         "sharded": trial.train.shard_params,
         "problem": problem,
     }
-
-
-def _device_cells(devices: dict) -> list[str]:
-    """The plan's `GPU` cell (GPUs a task asks for: '0.25 (mem 0.22)' / '2' / '0') and `DP`
-    cell (the devices training spreads over: '1', '2 FSDP', 'all' for a CPU worker's local
-    devices); '!' marks a problem, listed after the table."""
-    gpus = f"{devices['gpus']:g}"
-    if devices["memory_fraction"] is not None:
-        gpus += f" (mem {devices['memory_fraction']:.2f})"
-    n = devices["train_devices"]
-    train = ("all" if n is None else str(n)) + (" FSDP" if devices["sharded"] else "")
-    return [gpus, train + (" !" if devices["problem"] else "")]
-
-
-def _layout(trial: TrialConfig) -> str:
-    """A layer layout as its kinds' short names, 'rope.w8 | none' ('-' without one)."""
-    return " | ".join(layer.slug(trial.model) for layer in trial.model.layers) or "-"
-
-
-def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
-    """Text table for `rope-lab sweep plan`: one line per trial and a total line.
-
-    Columns: the swept values, parameters (all, and non-embedding: `estimate_cost`), the
-    receptive field (RF, tokens; only when a trial's family has one: the CNN; '-' for
-    attention), the devices (`trial_devices`: GPU, those a task asks for, with the memory
-    share of a shared GPU; DP, the devices training spreads over, FSDP when parameters are
-    sharded), the
-    pack (only with `pack_seeds`: `p1`, `p2`, ... for the trials trained as
-    one program, `-` for one trained alone; `rope_lab.trial.packing.plan_packs`), stages,
-    tokens, FLOPs, CPU time, training memory per device (`train_memory` over the devices
-    training spreads over, the models of a pack together; '-' for a lazy trial or a family
-    without attention), evaluation memory and the decoding cache at the longest length
-    (`_memory`; the total line shows the largest of each). With `pack_seeds`, lines after the table
-    list each pack's seeds and trials and why the others train alone; a devices line says
-    what each task asks Ray for and how trials share a GPU, and lists any trial that cannot
-    train as asked.
-
-    CPU time is total FLOPs / `flops_per_s` (sustained); it ignores compilation and per-step
-    overhead, which dominate tiny models.
-    """
-    keys = list(spec.axes)
-    short = [k.rsplit(".", 1)[-1] for k in keys]
-    heads = [s if short.count(s) == 1 else k for s, k in zip(short, keys, strict=True)]
-    windowed = any(t.model.receptive_field for t in spec.trials)
-    packs = plan_packs(spec.trials) if spec.pack_seeds else []
-    pack_of = {
-        t.trial_id: f"p{i}"
-        for i, pack in enumerate((p for p in packs if p.packed), start=1)
-        for t in pack.trials
-    }
-    pack_size = {t.trial_id: len(p.trials) for p in packs if p.packed for t in p.trials}
-    header = [
-        "trial", *heads, "params", "non-emb", *(["RF"] if windowed else []),
-        "GPU", "DP", *(["pack"] if spec.pack_seeds else []), "stages",
-        "train tok", "eval tok", "NTK FLOPs", "FLOPs", "CPU time", "train mem", "eval mem",
-        "KV cache",
-    ]  # fmt: skip
-    summed = ("stages", "train_tokens", "eval_tokens", "ntk_flops", "total_flops")
-    totals = dict.fromkeys(summed, 0)
-
-    def numbers(cost: dict[str, int]) -> list[str]:
-        cells = [str(cost[name]) if name == "stages" else _si(cost[name]) for name in summed]
-        return [*cells, _duration(cost["total_flops"] / flops_per_s)]
-
-    measures = ("train_memory_bytes", "eval_memory_bytes", "kv_cache_bytes")
-
-    def memory(cost: dict) -> list[str]:
-        return ["-" if cost[k] is None else _si(cost[k]) + "B" for k in measures]
-
-    rows = []
-    problems: list[str] = []
-    peak: dict[str, int] = {}
-    for trial in spec.trials:
-        cost = estimate_cost(trial)
-        totals = {name: totals[name] + cost[name] for name in summed}
-        values = [
-            _layout(trial) if key == "model.layers" else format_value(v)
-            for key, v in axis_assignments(trial, spec).items()
-        ]
-        params = [_si(cost["n_params"]), _si(cost["n_params_non_embedding"])]
-        if windowed:
-            params.append(str(cost["receptive_field"] or "-"))
-        devices = trial_devices(trial, spec.resources)
-        params += _device_cells(devices)
-        if cost["train_memory_bytes"] is not None:  # per device, a pack's models together
-            per_device = train_memory(
-                trial, cost["n_params"], devices["train_devices"] or 1, devices["sharded"]
-            )
-            cost["train_memory_bytes"] = pack_size.get(trial.trial_id, 1) * (per_device or 0)
-        if devices["problem"]:
-            problems.append(f"  ! {trial.trial_id}: {devices['problem']}")
-        if spec.pack_seeds:
-            params.append(pack_of.get(trial.trial_id, "-"))
-        rows.append([trial.trial_id, *values, *params, *numbers(cost), *memory(cost)])
-        peak = {k: max(peak.get(k, 0), cost[k] or 0) for k in measures}
-    blank = [""] * (len(keys) + 4 + windowed + spec.pack_seeds)
-    total = [f"total ({len(spec.trials)} trials)", *blank, *numbers(totals), *memory(peak)]
-    widths = [max(len(r[i]) for r in [header, *rows, total]) for i in range(len(header))]
-
-    def line(cells: list[str]) -> str:
-        pairs = enumerate(zip(cells, widths, strict=True))
-        text = [c.ljust(w) if i <= len(keys) else c.rjust(w) for i, (c, w) in pairs]
-        return "  ".join(text).rstrip()
-
-    rule = "-" * len(line(header))
-    intro = (
-        f"sweep {spec.name}: {len(spec.trials)} trials; stages = train + as trained + one "
-        f"per scaling; FLOPs = train + fine-tune + eval + NTK tracking; CPU time at "
-        f"{flops_per_s / 1e9:g} GFLOP/s sustained (compilation not included)"
-    )
-    return "\n".join(
-        [
-            intro, line(header), rule, *map(line, rows), rule, line(total),
-            _resources_line(spec.resources, spec.pack_seeds), *problems, *_packing(packs),
-        ]
-    )  # fmt: skip
-
-
-def _resources_line(resources: Resources, packing: bool) -> str:
-    """What each task asks Ray for, and how trials share a GPU."""
-    gpus = resources.num_gpus
-    text = f"devices: each task asks for {resources.num_cpus:g} CPU and {gpus:g} GPU"
-    fraction = memory_fraction(gpus)
-    if fraction is not None:
-        share = math.floor(round(1 / gpus, 9))
-        text += (
-            f"; {share} trials share a GPU, each JAX process preallocating at most "
-            f"{fraction:.2f} of its memory (XLA_PYTHON_CLIENT_MEM_FRACTION)"
-        )
-    elif gpus >= 1:
-        text += "; train.devices (default: all of them) is the data-parallel width"
-    return text + (
-        "; a pack trains its seeds in one task, on one task's resources" if packing else ""
-    )
-
-
-def _packing(packs: list) -> list[str]:
-    """The lines after the table with `pack_seeds`: each pack's seeds and trials, and the
-    trials trained alone with their reasons (none when packing is off)."""
-    if not packs:
-        return []
-    packed = [p for p in packs if p.packed]
-    alone = [p for p in packs if not p.packed]
-    lines = [
-        f"packed seeds: {sum(len(p.trials) for p in packed)} trials train in {len(packed)} "
-        f"packs (one vmapped program each, on one task's resources), {len(alone)} alone"
-    ]
-    for i, pack in enumerate(packed, start=1):
-        seeds = ", ".join(str(s) for s in pack.seeds)
-        ids = ", ".join(t.trial_id for t in pack.trials)
-        lines.append(f"  p{i}: seeds {seeds}: {ids}")
-    for pack in alone:
-        lines.append(f"  alone: {pack.trials[0].trial_id}: {pack.reason}")
-    return lines
-
-
-def _si(x: float) -> str:
-    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g}{unit}"
-    return f"{x:.3g}"
-
-
-def _duration(seconds: float) -> str:
-    for unit, scale in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3g}{unit}"
-    return f"{seconds:.2g}s"

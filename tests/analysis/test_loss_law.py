@@ -280,7 +280,8 @@ def test_non_embedding_count_removes_embedding_readout_and_learned_table(kind: s
 
 
 def test_plan_table_shows_non_embedding_params() -> None:
-    from rope_lab.sweep.plan import estimate_cost, plan_table
+    from rope_lab.sweep.plan import estimate_cost
+    from rope_lab.sweep.plan_table import plan_table
     from rope_lab.sweep.spec import parse_spec
 
     base = {

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from rope_lab.config import ConfigError
-from rope_lab.sweep.plan import estimate_cost, plan_table
+from rope_lab.sweep.plan import estimate_cost
+from rope_lab.sweep.plan_table import plan_table
 from rope_lab.sweep.spec import load_spec
 from rope_lab.trial.stage_plan import trial_stages
 from tests.hf.conftest import transformers_or_skip

@@ -7,7 +7,7 @@ import pytest
 
 from rope_lab.analysis.query import eval_table
 from rope_lab.results import load
-from rope_lab.sweep.plan import plan_table
+from rope_lab.sweep.plan_table import plan_table
 from rope_lab.sweep.runner import run_sweep
 from rope_lab.sweep.spec import load_spec
 from tests.sweep.conftest import write_spec

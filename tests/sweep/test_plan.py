@@ -7,14 +7,13 @@ from rope_lab.config import TrialConfig, from_dict
 from rope_lab.model.memory import train_step_bytes
 from rope_lab.ntk.plan import GradientPass, gradient_passes, ntk_steps
 from rope_lab.sweep.plan import (
-    _si,
     estimate_cost,
     forward_flops,
     n_stages,
     ntk_flops,
-    plan_table,
     train_memory,
 )
+from rope_lab.sweep.plan_table import _si, plan_table
 from rope_lab.sweep.spec import parse_spec
 
 BASE = {

@@ -7,7 +7,8 @@ import pytest
 import yaml
 
 from rope_lab.config import ConfigError, TrialConfig, from_dict, to_dict
-from rope_lab.sweep.plan import estimate_cost, plan_table
+from rope_lab.sweep.plan import estimate_cost
+from rope_lab.sweep.plan_table import plan_table
 from rope_lab.sweep.spec import (
     Resources,
     axis_assignments,

@@ -4,7 +4,7 @@ spec key `pack_seeds`, and what `sweep plan` shows of it. No training here."""
 import pytest
 
 from rope_lab.config import ConfigError, TrialConfig, from_dict, replace
-from rope_lab.sweep.plan import plan_table
+from rope_lab.sweep.plan_table import plan_table
 from rope_lab.sweep.spec import parse_spec
 from rope_lab.trial.packing import ALONE, OFF, mismatch, pack_key, plan_packs, unpackable
 from tests.helpers import tiny_trial

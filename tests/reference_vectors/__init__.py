@@ -1,0 +1,1 @@
+"""Tests of rope_lab.reference_vectors."""
