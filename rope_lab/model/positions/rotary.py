@@ -53,10 +53,15 @@ class RotaryConfig(EncodingConfig):
     """Base of the rotary family (not registered itself): base `theta`, rotated fraction of each
     head, the training-time scaling (`scaling` at `factor`, with that method's `params`).
 
-    A subclass overrides `make_module` (to build a `RotaryPE` subclass) and sets its registry
-    attributes; evaluation-time scalings, their checks
-    and fine-tuning come from here. In results its fields are columns
-    `model.position.<kind>.<field>`, so every rotary kind's training-time scaling reads the same.
+    A subclass that changes the frequencies (HoPE's zeroed pairs, say) overrides
+    `frequencies`, the one place they are made: the model as built, every evaluation scaling,
+    fine-tuning and the remaps' inner encoding all read it. A subclass that changes how the
+    rotation is applied (xPos's decay) overrides `make_module` to build a `RotaryPE` subclass
+    around the frequencies it is given; whatever it does to them is replaced by
+    `frequencies`' (`build`), so an encoding can never hold frequencies its scaled versions
+    lose. Evaluation-time scalings, their checks and fine-tuning come from here. In results its
+    fields are columns `model.position.<kind>.<field>`, so every rotary kind's training-time
+    scaling reads the same.
     """
 
     theta: float = identity(10000.0)
@@ -83,7 +88,8 @@ class RotaryConfig(EncodingConfig):
         params: dict | None = None,
         seq_len: int | None = None,
     ) -> tuple[np.ndarray, float]:
-        """(rotary_dim // 2,) inverse frequencies and attention factor.
+        """(rotary_dim // 2,) inverse frequencies and attention factor: the one override point
+        of a rotary encoding's frequencies (the class docstring).
 
         Defaults to the training-time scaling; `kind`/`factor`/`params` override it (evaluation
         under another method), with `train_length` as the original length.
@@ -101,13 +107,17 @@ class RotaryConfig(EncodingConfig):
         )
 
     def build(self, model, *, max_length, train_length, key) -> RotaryPE:
-        """Frequencies of the training-time scaling at the training length."""
-        return self.make_module(*self.frequencies(model, train_length), model)
+        """The module (`make_module`) holding `frequencies` of the training-time scaling at
+        the training length."""
+        inv, attention_factor = self.frequencies(model, train_length)
+        module = self.make_module(inv, attention_factor, model)
+        return with_rope_scaling(module, inv, attention_factor)
 
     def make_module(
         self, inv_freq: np.ndarray, attention_factor: float, model: ModelConfig
     ) -> RotaryPE:
-        """The encoding module from its (rotary_dim // 2,) frequencies and attention factor."""
+        """The encoding module around its (rotary_dim // 2,) frequencies and attention factor
+        (set again from `frequencies` by `build`: override `frequencies` to change them)."""
         return RotaryPE(inv_freq, attention_factor)
 
     def with_scaling(
