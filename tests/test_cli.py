@@ -97,7 +97,7 @@ def test_sweep_run_names_failures_and_the_run_directory(tmp_path, monkeypatch, c
     """The end of `sweep run`: each failed trial's exception line and traceback file, each
     diverged trial, the counts, and the run directory to pass to `results` / `plot`."""
     from rope_lab.sweep.spec import load_spec
-    from rope_lab.trial import pipeline
+    from rope_lab.trial import stage_work
     from tests.sweep.conftest import write_spec
 
     spec_path = write_spec(tmp_path)
@@ -108,7 +108,7 @@ def test_sweep_run_names_failures_and_the_run_directory(tmp_path, monkeypatch, c
             raise ValueError("lm_text: the corpus shrank")
         return {"status": "diverged", "n_params": 1, "tokens_seen": 0}
 
-    monkeypatch.setattr(pipeline, "_train", train)
+    monkeypatch.setattr(stage_work, "train_stage", train)
     monkeypatch.setenv("ROPE_LAB_COMPILE_CACHE", "0")
     out = tmp_path / "runs"
     code = main(["sweep", "run", str(spec_path), "--out", str(out), "--runner", "serial",

@@ -1,107 +1,30 @@
 """Incremental decoding with a key/value cache, for every position encoding and layer layout.
 
 `prefill(model, tokens (P,), capacity)` runs the prompt through the model as one forward pass
-and keeps each layer's keys (rotated by the encoding, for RoPE) and values; `decode_step` then
-feeds one token at a time, attending over the cache. Each layer kind of the pattern has its own
-cache: `capacity` slots, or only `window` slots for a sliding-window kind (a ring buffer: slot
-= sequence index mod window). Bias encodings (ALiBi, T5, KERPLE, FIRE) compute their bias from
-the cached position values at each step; CoPE's contextual term reads the cached keys in
-sequence order. Shapes are fixed by `capacity`, so a generation of any length up to it
-compiles once (`generate` scans `decode_step`).
-
-Length-dependent RoPE scalings (dynamic NTK) make a cache protocol matter, since keys cached
-early were rotated with the frequencies of a shorter sequence (`PROTOCOLS`):
-
-- `prefill_fixed`: the scaling is chosen once, from prompt length plus generation budget (the
-  longest prefix the model reads), and used for every token (what serving stacks that fix
-  the scaling at prefill do);
-- `per_step_recompute`: at each step the frequencies of the current length rotate the query
-  and every cached key again (the cache holds keys before rotation; what re-rotating
-  implementations do). Exact for one layer; in a deeper model the cached values and the later
-  layers' keys still come from hidden states computed under earlier frequencies;
-- `per_step_stale`: new tokens get the current frequencies, cached keys keep the ones they
-  were rotated with (what a naive cache does);
-- `per_step_full`: no cache: every step runs the whole prefix at its length, which is teacher
-  forcing with the scaling taken at each prefix length (exact; O(L^2) per token).
+and keeps each layer's keys (rotated by the encoding, for RoPE) and values in a cache
+(`rope_lab.model.kv_cache`: one per layer kind, a ring buffer of `window` slots for a
+sliding-window kind); `decode_step` then feeds one token at a time, attending over the cache.
+Bias encodings (ALiBi, T5, KERPLE, FIRE) compute their bias from the cached position values at
+each step; CoPE's contextual term reads the cached keys in sequence order. Shapes are fixed by
+`capacity`, so a generation of any length up to it compiles once (`generate` scans
+`decode_step`). Under a length-dependent RoPE scaling `generate` follows one of the cache
+protocols (`kv_cache.PROTOCOLS`). `prefill_padded` is `prefill` with a traced prompt length,
+for `rope_lab.model.decode_padded`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, Float, Int
 
-from rope_lab.config import DECODE_PROTOCOLS
 from rope_lab.model.attention import attend, attend_keys
+from rope_lab.model.kv_cache import PROTOCOLS, KVCache, LayerCache, init_cache, position_sets
 from rope_lab.model.positions import PositionEncoding
-from rope_lab.model.positions.remapped import RemappedRotary
 from rope_lab.model.transformer import Block, Transformer, with_scaling
-
-PROTOCOLS: Final = DECODE_PROTOCOLS
-
-
-class LayerCache(eqx.Module):
-    """The cache of one layer kind over its R repeats: keys and values (R, KV, C, Dh) of the
-    key/value heads (`model.kv_heads`: grouped-query attention caches heads / kv_heads times
-    less) and, per slot, the sequence index (-1: empty) and position value of the token it
-    holds."""
-
-    k: Float[Array, "R KV C Dh"]
-    v: Float[Array, "R KV C Dh"]
-    index: Int[Array, " C"]
-    position: Int[Array, " C"]
-
-
-class KVCache(eqx.Module):
-    """Per layer kind of the model's pattern, its `LayerCache`; `length`: tokens consumed."""
-
-    layers: tuple[LayerCache, ...]
-    length: Int[Array, ""]
-
-    def nbytes(self) -> int:
-        """Bytes the cache holds (keys, values and slot bookkeeping)."""
-        return sum(x.nbytes for x in jax.tree.leaves(self) if eqx.is_array(x))
-
-
-def slots(model: Transformer, capacity: int) -> tuple[int, ...]:
-    """Cache slots of each layer kind: `capacity`, or its window when that is smaller."""
-    return tuple(
-        capacity if kind.window is None else min(capacity, kind.window)
-        for kind in model.config.pattern
-    )
-
-
-def init_cache(model: Transformer, capacity: int, dtype=None, *, raw_keys: bool = False) -> KVCache:
-    """An empty cache for up to `capacity` tokens. Under a relative-position remap a kind's
-    keys are cached once per position set (`position_sets`: each set's key positions depend
-    on the key alone), folded into the head axis (S KV heads); `raw_keys` (keys before
-    rotation, rotated at every step) caches them once."""
-    cfg = model.config
-    pattern = cfg.pattern
-    repeats, heads, dh = cfg.depth // len(pattern), cfg.n_kv_heads, cfg.d_head
-    dtype = model.embedding.dtype if dtype is None else dtype
-    layers = tuple(
-        LayerCache(
-            k=jnp.zeros((repeats, heads * (1 if raw_keys else sets), c, dh), dtype),
-            v=jnp.zeros((repeats, heads, c, dh), dtype),
-            index=jnp.full((c,), -1, jnp.int32),
-            position=jnp.zeros((c,), jnp.int32),
-        )
-        for c, sets in zip(slots(model, capacity), position_sets(model), strict=True)
-    )
-    return KVCache(layers, jnp.zeros((), jnp.int32))
-
-
-def position_sets(model: Transformer) -> tuple[int, ...]:
-    """Per layer kind, the position sets its encoding rotates keys in (1 without a remap)."""
-    kinds = range(len(model.config.pattern))
-    encodings = (model.encoding_of(i) for i in kinds)
-    return tuple(e.sets.n_sets if isinstance(e, RemappedRotary) else 1 for e in encodings)
 
 
 def _fold(k: Array) -> Array:
@@ -375,7 +298,7 @@ def generate(
         fixed = with_scaling(model, method, factor, params, seq_len=p + steps - 1)
         return _generate_fixed(fixed, prompt, steps, capacity)
     # the step that reads token t (index p + t - 1) sees a prefix of p + t tokens
-    model = _own_encodings(model)  # the structure of the scaled encodings the steps read
+    model = own_encodings(model)  # the structure of the scaled encodings the steps read
     lengths = range(p + 1, p + steps)
     stacked = encodings_by_length(model, method, factor, params, lengths) if lengths else None
     at_prompt = with_scaling(model, method, factor, params, seq_len=p)
@@ -442,33 +365,7 @@ def _scan(model, cache, first_logits, stacked, steps: int, *, rotate_cache: bool
     )
 
 
-# ------------------------------------------------------------- one program for every length
-
-# The program each protocol generates with once its encodings are arguments (`StepEncodings`):
-# prefill_fixed is per_step_stale with one scaling everywhere, so the two share a program.
-PROGRAMS: Final = {
-    "prefill_fixed": "cached",
-    "per_step_stale": "cached",
-    "per_step_recompute": "recompute",
-    "per_step_full": "full",
-}
-
-
-class StepEncodings(eqx.Module):
-    """The encoding arrays (those of `model.position` and `model.layer_positions`) a padded
-    generation runs under: `prompt`, the prompt's forward's; `steps`, each later step's,
-    stacked along a leading axis of `max_steps - 1` (entries past the generation's own steps
-    are never read)."""
-
-    prompt: tuple
-    steps: tuple
-
-
-def _encoding_arrays(model: Transformer) -> tuple:
-    return eqx.filter((model.position, model.layer_positions), eqx.is_array)
-
-
-def _own_encodings(model: Transformer) -> Transformer:
+def own_encodings(model: Transformer) -> Transformer:
     """The model with each layer kind holding its encoding (`with_scaling`'s structure: a kind
     without its own shares a copy of the model-wide one); the same network."""
     if not model.config.layers:
@@ -477,134 +374,11 @@ def _own_encodings(model: Transformer) -> Transformer:
     return eqx.tree_at(lambda m: m.layer_positions, model, kinds, is_leaf=lambda x: x is None)
 
 
-def _with_encoding_arrays(model: Transformer, arrays: tuple) -> Transformer:
-    """The model under the encodings whose arrays are `arrays` (`_encoding_arrays` of the
-    model under a scaling)."""
-    model = _own_encodings(model)
-    _, static = eqx.partition((model.position, model.layer_positions), eqx.is_array)
-    encs = eqx.combine(arrays, static)
-    return eqx.tree_at(lambda m: (m.position, m.layer_positions), model, encs)
-
-
-def step_encodings(
-    model: Transformer,
-    scaling: tuple[str, float, dict | None],
-    protocol: str,
-    prompt_length: int,
-    steps: int,
-    max_steps: int,
-) -> StepEncodings:
-    """The encodings `generate(model, prompt, steps, protocol=protocol, scaling=scaling)` reads
-    for a prompt of `prompt_length`, as arrays for `generate_padded` (computed on the host:
-    the lengths are Python ints here). prefill_fixed: the scaling at prompt + steps - 1
-    everywhere; the per-step protocols: at the prompt length for the prefill and at p + t for
-    the step that reads token t. Steps past `steps` (up to `max_steps`) repeat the last."""
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"unknown decode protocol {protocol!r}; allowed: {', '.join(PROTOCOLS)}")
-    if not 1 <= steps <= max_steps:
-        raise ValueError(f"steps {steps} must be in 1..max_steps ({max_steps})")
-    method, factor, params = scaling
-    p = prompt_length
-    # NumPy on the host: an eager jnp op per shape would compile a program of its own
-    found: dict[int, tuple] = {}
-
-    def at(n: int) -> tuple:
-        if n not in found:
-            scaled = with_scaling(model, method, factor, params, seq_len=n)
-            found[n] = jax.tree.map(np.asarray, _encoding_arrays(scaled))
-        return found[n]
-
-    if protocol == "prefill_fixed":
-        # the longest prefix read: the last token is never fed back
-        prompt = last = at(p + steps - 1)
-        lengths: list[int] = []
-    else:
-        prompt = at(p)
-        lengths = list(range(p + 1, p + steps))  # the step reading token t sees p + t tokens
-        last = at(lengths[-1]) if lengths else prompt
-    trees = [at(n) for n in lengths] + [last] * (max_steps - 1 - len(lengths))
-    if trees:
-        stacked = jax.tree.map(lambda *a: np.stack(a), *trees)
-    else:
-        stacked = jax.tree.map(lambda a: np.broadcast_to(a, (0, *a.shape)), prompt)
-    return StepEncodings(prompt, stacked)
-
-
-def generate_padded(
-    model: Transformer,
-    buffer: Int[Array, " C"],
-    prompt_length: Int[Array, ""],
-    steps: Int[Array, ""],
-    max_steps: int,
-    *,
-    program: str = "cached",
-    encodings: StepEncodings | None = None,
-) -> tuple[Int[Array, " S"], Float[Array, "S V"]]:
-    """`generate` with the prompt buffer[:prompt_length] right-padded to the capacity C of
-    `buffer`, and `prompt_length` and `steps` traced: one compiled program for every prompt
-    length and answer length up to `max_steps` = S (and, with `encodings` as arguments, every
-    scaling whose arrays have the same shapes). Tokens (S,) and logits (S, V): the first
-    `steps` equal `generate`'s (the same operations on the same values: a causal prefix
-    does not read the pads, empty cache slots are masked), the rest are 0. Needs
-    prompt_length + steps - 1 <= C (not checked: traced). `program`: `PROGRAMS[protocol]`;
-    `encodings`: `step_encodings(...)` of the scaling under that protocol, None for the
-    model as given."""
-    if program not in set(PROGRAMS.values()):
-        raise ValueError(f"unknown program {program!r}; allowed: cached, recompute, full")
-    p = jnp.asarray(prompt_length, jnp.int32)
-    steps = jnp.asarray(steps, jnp.int32)
-    at_prompt = model if encodings is None else _with_encoding_arrays(model, encodings.prompt)
-    stacked = None if encodings is None else encodings.steps
-    cache: KVCache | None = None
-    if program == "full":
-        first = at_prompt(buffer)[p - 1]
-    else:
-        logits, cache = prefill_padded(at_prompt, buffer, p, raw_keys=program == "recompute")
-        first = logits[p - 1]
-    token = jnp.argmax(first).astype(jnp.int32)
-    tokens = jnp.zeros((max_steps,), jnp.int32).at[0].set(token)
-    rows = jnp.zeros((max_steps, first.shape[-1]), first.dtype).at[0].set(first)
-
-    def model_at(t):
-        if stacked is None:
-            return model
-        return _with_encoding_arrays(model, jax.tree.map(lambda a: a[t - 1], stacked))
-
-    def full_step(t, carry):  # step t feeds token t - 1 back at index p + t - 1, yields token t
-        buffer, token, tokens, rows = carry
-        n = p + t - 1
-        buffer = buffer.at[n].set(token)
-        logits = model_at(t)(buffer)[n]
-        nxt = jnp.argmax(logits).astype(jnp.int32)
-        return buffer, nxt, tokens.at[t].set(nxt), rows.at[t].set(logits)
-
-    def cached_step(t, carry):
-        cache, token, tokens, rows = carry
-        logits, cache = decode_step(model_at(t), cache, token, rotate_cache=program == "recompute")
-        nxt = jnp.argmax(logits).astype(jnp.int32)
-        return cache, nxt, tokens.at[t].set(nxt), rows.at[t].set(logits)
-
-    state = buffer if program == "full" else cache
-    step = full_step if program == "full" else cached_step
-    carry = (state, token, tokens, rows)
-    _, _, tokens, rows = jax.lax.fori_loop(1, jnp.minimum(steps, max_steps), step, carry)
-    return tokens, rows
-
-
 __all__ = [
-    "PROGRAMS",
-    "PROTOCOLS",
-    "KVCache",
-    "LayerCache",
-    "StepEncodings",
     "decode_step",
     "encodings_by_length",
     "generate",
-    "generate_padded",
-    "init_cache",
-    "position_sets",
+    "own_encodings",
     "prefill",
     "prefill_padded",
-    "slots",
-    "step_encodings",
 ]

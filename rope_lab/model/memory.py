@@ -156,7 +156,7 @@ def sequences_per_forward(cfg: TrialConfig, length: int, sets: int = 1) -> int:
 
 def kv_cache_bytes(model: ModelConfig, capacity: int, dtype_bytes: int = 4, sets: int = 1) -> int:
     """Bytes of the keys and values a decoding cache for `capacity` tokens holds
-    (`rope_lab.model.decode.init_cache`, slot bookkeeping aside): per layer (S + 1) x kv_heads x
+    (`rope_lab.model.kv_cache.init_cache`, slot bookkeeping aside): per layer (S + 1) x kv_heads x
     head_dim x slots (keys once per position set, S = 1 without a remap, and values once), a
     sliding-window kind holding min(window, capacity) slots. Grouped-query attention divides it
     by heads / kv_heads."""

@@ -39,6 +39,7 @@ import jax
 import numpy as np
 
 from rope_lab.config import TrialConfig, thaw
+from rope_lab.hooks import Hook, StepState
 from rope_lab.model.transformer import Transformer, with_scaling
 from rope_lab.ntk import metrics as nm
 from rope_lab.ntk.kernels import (
@@ -55,7 +56,6 @@ from rope_lab.ntk.probes import ProbeSets, draw_probes, readout, target_values
 from rope_lab.registry import NTK_METRICS
 from rope_lab.runtime.atomic import atomic_write
 from rope_lab.tasks import Task
-from rope_lab.trial.hooks import Hook, StepState
 from rope_lab.trial.scaling_plan import Scaling
 
 TOTAL = "total"

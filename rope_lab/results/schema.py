@@ -41,7 +41,7 @@ EVAL_SCHEMA: Final = pl.Schema(
         "position_bucket": pl.Int64(),  # null: whole sequence; else bucket start position
         "sequences_per_forward": pl.Int64(),  # eval batch split to fit eval.memory_budget_mb
         "mode": pl.String(),  # null: teacher forced; "decode": answers generated (decode_eval)
-        "protocol": pl.String(),  # decode rows: the cache protocol (decode.PROTOCOLS)
+        "protocol": pl.String(),  # decode rows: the cache protocol (kv_cache.PROTOCOLS)
         "depth": pl.Float64(),  # null; eval.depths: the needle's relative depth (whole rows)
     }
 )

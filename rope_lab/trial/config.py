@@ -13,7 +13,7 @@ from rope_lab.typed import ConfigError, Params, check_positive, params_field, th
 if TYPE_CHECKING:
     from rope_lab.config import TrialConfig
 
-# how a cached decoder treats length-dependent RoPE scalings (`rope_lab.model.decode`)
+# how a cached decoder treats length-dependent RoPE scalings (`rope_lab.model.kv_cache`)
 DECODE_PROTOCOLS = ("prefill_fixed", "per_step_recompute", "per_step_stale", "per_step_full")
 # the `protocol` of decode rows whose scaling does not depend on the length: every protocol
 # gives the same tokens (tested), so they are decoded once

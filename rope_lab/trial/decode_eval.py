@@ -3,15 +3,15 @@
 For tasks whose scored targets are the same-length suffix of every sequence (passkey's digits,
 copy's segment), the prompt is each sequence up to the answer and the model generates the
 answer token by token (`rope_lab.model.decode.generate`, feeding its own tokens back), under each
-scaling and dynamic-scaling protocol (`decode.PROTOCOLS`). Rows go to the eval table with
+scaling and dynamic-scaling protocol (`kv_cache.PROTOCOLS`). Rows go to the eval table with
 `mode` "decode" and the `protocol`: `exact_match` (the whole answer right) and `accuracy`
 (answer tokens right) per length, next to the teacher-forced rows (`mode` null) of the same
 scaling. Fine-tuned models are not decoded.
 
 Every length decodes at one capacity, the longest length's: prompts are right-padded to it
 and their lengths, the answer lengths and the scaling's encodings are arguments
-(`decode.generate_padded`), so a stage compiles one program per cache program
-(`decode.PROGRAMS`: prefill_fixed and per_step_stale share one) instead of one per (length,
+(`decode_padded.generate_padded`), so a stage compiles one program per cache program
+(`decode_padded.PROGRAMS`: prefill_fixed and per_step_stale share one) instead of one per (length,
 protocol, scaling); the zero-shot temperature, a static multiplier, still compiles one per
 distinct temperature. The tokens are those of the per-length programs (`padded=False`,
 kept as the reference: tests/trial/test_decode_eval.py, benchmarks/decode_programs.py).
@@ -28,7 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from rope_lab.config import ANY_PROTOCOL, TrialConfig, freeze, thaw
-from rope_lab.model.decode import PROGRAMS, generate, generate_padded, step_encodings
+from rope_lab.model.decode import generate
+from rope_lab.model.decode_padded import PROGRAMS, generate_padded, step_encodings
 from rope_lab.model.transformer import (
     Transformer,
     log_length_temperature,
@@ -76,7 +77,7 @@ def decode_scores(
     only the first min(m, max_new_tokens) answer tokens are generated and scored.
 
     `capacity` (>= L) and `max_steps` (>= the m generated): decode in the program shared by
-    every length up to `capacity` and answer up to `max_steps` (`decode.generate_padded`);
+    every length up to `capacity` and answer up to `max_steps` (`decode_padded.generate_padded`);
     None: a program of this length's own shapes (`decode.generate`), the same tokens."""
     length = tokens.shape[1]
     m = answer_length(mask)

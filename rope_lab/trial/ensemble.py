@@ -28,10 +28,10 @@ import optax
 from jaxtyping import Array, PRNGKeyArray
 
 from rope_lab.config import TrainConfig, TrialConfig, replace
+from rope_lab.hooks import Hook, StepState
 from rope_lab.model.factory import make_model
 from rope_lab.model.transformer import Transformer, trainable
 from rope_lab.tasks import Task, task_from_config
-from rope_lab.trial.hooks import Hook, StepState
 from rope_lab.trial.packing import mismatch
 from rope_lab.trial.train import (
     TraceGuard,
@@ -152,7 +152,7 @@ def train_packed(
 
     `models` / `opt_states` (one per member; None: `make_model` of each config, a fresh
     optimiser state) resume a run; every member starts at `start_step`. `hooks[i]` are member
-    i's hooks (`rope_lab.trial.hooks`), called with member i's own unstacked model, optimiser
+    i's hooks (`rope_lab.hooks`), called with member i's own unstacked model, optimiser
     state and history at the steps `train` would call them. Returns one `TrainResult` per member,
     in order, like `train(cfgs[i], ...)`: model and optimiser state unstacked, history rows (step,
     loss, grad_norm, lr, tokens_per_s per member) every `train.log_every` steps. A member with a

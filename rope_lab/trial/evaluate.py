@@ -1,8 +1,9 @@
 """Length-extrapolation evaluation: metrics per length and per position bucket, under each RoPE
-scaling method and factor (zero-shot, dynamic recomputed at every length; optionally after a
-short fine-tune at the target length) and under the zero-shot log-length attention temperature
-(any encoding, its multiplier recomputed at every length), and the text table. The
-extrapolation summary of a trial's rows is `rope_lab.analysis.query.extrapolation_summary`'s.
+scaling method and factor (zero-shot, dynamic recomputed at every length; the rows after a
+short fine-tune at the target length are `rope_lab.trial.finetune`'s) and under the zero-shot
+log-length attention temperature (any encoding, its multiplier recomputed at every length),
+and the text table. The extrapolation summary of a trial's rows is
+`rope_lab.analysis.query.extrapolation_summary`'s.
 
 `evaluate_model` is one pass per scaling and length: build the model under the scaling
 (`model_at_length`), draw the length's batches (`draw_batches`, the only reader of how the eval
@@ -48,12 +49,9 @@ from rope_lab.trial.scaling_plan import (
     NO_SCALING,
     TEMPERATURE,
     Scaling,
-    fine_tuned,
-    finetune_scalings,
     position_sets,
     scalings_for,
 )
-from rope_lab.trial.train import train  # fine-tuning
 
 
 def evaluate_model(
@@ -108,42 +106,6 @@ def depth_rows(
         at = task.at_depth(depth)
         batches = draw_batches(at, cfg, length, key=jax.random.fold_in(key, length), sets=sets)
         rows += rows_for_length(metric_sums(model, batches), length, 0, {**labels, "depth": depth})
-    return rows
-
-
-def finetune_and_evaluate(
-    model: Transformer,
-    task: Task,
-    cfg: TrialConfig,
-    *,
-    step: int,
-    scalings: Iterable[Scaling] | None = None,
-) -> list[dict]:
-    """For each (method, factor) of a RoPE model (default: `finetune_scalings`, those of the
-    eval config chosen for fine-tuning): fine-tune `eval.finetune_steps` steps at factor x
-    L_train with that scaling, then evaluate at every length. Empty when finetune_steps is 0 or
-    the model is not RoPE; scalings not chosen (`scaling_plan.fine_tuned`: zero-shot only, like
-    the temperature, or outside `eval.finetune_methods` / `finetune_factors`) are skipped."""
-    ev = cfg.eval
-    if ev.finetune_steps <= 0 or not cfg.model.supports_scaling:
-        return []
-    rows: list[dict] = []
-    todo = (
-        finetune_scalings(cfg) if scalings is None else [s for s in scalings if fine_tuned(cfg, s)]
-    )
-    for scaling in todo:
-        target = round(scaling.factor * cfg.train.length)
-        tuned = train(
-            cfg,
-            model=model_at_length(model, cfg, scaling, target),
-            length=target,
-            steps=ev.finetune_steps,
-            lr=ev.finetune_lr,
-            data_seed=cfg.train.seed + 10_000,
-        )
-        rows += evaluate_model(
-            tuned.model, task, cfg, step=step, scalings=[scaling], finetune_steps=ev.finetune_steps
-        )
     return rows
 
 

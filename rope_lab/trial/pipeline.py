@@ -30,12 +30,14 @@ them, import JAX only when they run (the sweep driver stays JAX-free), hold a pe
 two drivers never run one twice, and return small dicts (never arrays). A finished stage
 returns its `done.json` result without work; an interrupted train stage resumes from its latest
 checkpoint. A Python error in a stage becomes a `failed` result carrying the traceback.
+
+This module is the stages' bookkeeping and imports no JAX: stage folders, `done.json`, leases,
+results and failures, the stage rows a trial loads, its trials row. What a stage computes is
+`rope_lab.trial.stage_work` (JAX), imported when a stage runs.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import datetime as dt
 import json
 import os
@@ -48,7 +50,7 @@ from typing import Any
 import yaml
 
 from rope_lab.config import TrialConfig, from_dict, to_dict
-from rope_lab.results import TrialLease, append_rows, mark_success, trial_dir, write_trial_row
+from rope_lab.results import TrialLease, mark_success, trial_dir, write_trial_row
 from rope_lab.results.columns import (
     VARIANT_SCHEMA,
     config_schema,
@@ -56,7 +58,6 @@ from rope_lab.results.columns import (
     variant_columns,
 )
 from rope_lab.runtime.atomic import atomic_write_text
-from rope_lab.runtime.timing import Phases
 from rope_lab.trial.stage_plan import DECODE, TRAIN, Stage, eval_stages, find_stage
 
 STAGES_DIR = "stages"
@@ -100,7 +101,7 @@ def compile_cache_dir() -> Path | None:
 
 def _setup_jax() -> None:
     """Point JAX at the persistent compilation cache (`compile_cache_dir`), if any."""
-    import jax
+    import jax  # here, when a stage runs: importing this module must not import JAX
 
     cache = compile_cache_dir()
     if cache is None:
@@ -166,6 +167,19 @@ def _guarded(run_dir: str | Path, trial_id: str, stage: str, work: Callable[[], 
         lease.release()
 
 
+def _work(cfg: TrialConfig, run_dir: Path, stage: Stage) -> dict:
+    """The stage's work (`rope_lab.trial.stage_work`): train, decode or evaluate."""
+    # Imported here, when a stage runs: stage_work imports JAX, which importing this module
+    # (the sweep driver does) must not.
+    from rope_lab.trial import stage_work
+
+    if stage.is_train:
+        return stage_work.train_stage(cfg, run_dir)
+    if stage.kind == DECODE:
+        return stage_work.decode_stage(cfg, run_dir, stage)
+    return stage_work.evaluate_stage(cfg, run_dir, stage)
+
+
 def run_stage(config: dict[str, Any], run_dir: str | Path, name: str) -> dict:
     """Run the stage `name` of `stage_plan.trial_stages` of the trial `config` (a dict).
 
@@ -173,14 +187,10 @@ def run_stage(config: dict[str, Any], run_dir: str | Path, name: str) -> dict:
     model; its result: status ("done", "diverged", "failed" or "busy"), n_params,
     n_params_non_embedding, tokens_seen, resumed_from, final_loss, ntk_time_s, train_time_s,
     phases (seconds per phase). Every other stage reads the saved model and writes its rows
-    (`_evaluate`); its result: status and phases."""
+    (`stage_work.evaluate_stage`, `stage_work.decode_stage`); its result: status and phases."""
     cfg = from_dict(TrialConfig, config)
     stage = find_stage(cfg, name)
-    if stage.is_train:
-        return _guarded(run_dir, cfg.trial_id, name, lambda: _train(cfg, Path(run_dir)))
-    if stage.kind == DECODE:
-        return _guarded(run_dir, cfg.trial_id, name, lambda: _decode(cfg, Path(run_dir), stage))
-    return _guarded(run_dir, cfg.trial_id, name, lambda: _evaluate(cfg, Path(run_dir), stage))
+    return _guarded(run_dir, cfg.trial_id, name, lambda: _work(cfg, Path(run_dir), stage))
 
 
 def run_train_stage(config: dict[str, Any], run_dir: str | Path) -> dict:
@@ -196,8 +206,9 @@ def run_pack_train(configs: Sequence[dict[str, Any]], run_dir: str | Path) -> di
     `pack_reason`.
 
     Each member's stage is claimed under its own lease: one finished before returns its earlier
-    result, one another process holds is "busy"; the others train (`_train_pack`). An error
-    fails every member trained here (each resumes from its own checkpoints when rerun)."""
+    result, one another process holds is "busy"; the others train (`stage_work.train_pack`).
+    An error fails every member trained here (each resumes from its own checkpoints when
+    rerun)."""
     cfgs = [from_dict(TrialConfig, c) for c in configs]
     members: dict[str, dict] = {}
     leases: list[TrialLease] = []
@@ -215,7 +226,11 @@ def run_pack_train(configs: Sequence[dict[str, Any]], run_dir: str | Path) -> di
         if todo:
             try:
                 _setup_jax()
-                outs = _train_pack(todo, Path(run_dir))
+                # Imported here, when the pack trains: stage_work imports JAX, which importing
+                # this module (the sweep driver does) must not.
+                from rope_lab.trial import stage_work
+
+                outs = stage_work.train_pack(todo, Path(run_dir))
                 for cfg in todo:
                     result = {"stage": TRAIN, "trial_id": cfg.trial_id, "started_at": start}
                     folder = stage_dir(run_dir, cfg.trial_id, TRAIN)
@@ -227,245 +242,6 @@ def run_pack_train(configs: Sequence[dict[str, Any]], run_dir: str | Path) -> di
         for lease in leases:
             lease.release()
     return {"members": {cfg.trial_id: members[cfg.trial_id] for cfg in cfgs}}
-
-
-class _TrainJob:
-    """One trial's train stage around a training loop: its folder and `config.yaml`, its
-    checkpointer and the state restored from it (`model`, `opt_state`, `start`), its hooks
-    (track the NTK; every `train.checkpoint_every` steps write the train rows, then a
-    checkpoint) and its stage result from the loop's `TrainResult` (`finish`). The same for a
-    trial trained alone (`_train`) and for each member of a pack (`_train_pack`)."""
-
-    def __init__(self, cfg: TrialConfig, run_dir: Path, phases: Phases):
-        self.cfg, self.run_dir, self.phases = cfg, run_dir, phases
-        self.folder = trial_dir(run_dir, cfg.trial_id)
-        self.written = 0  # train rows on disk up to this step
-        self.tracker: Any = None
-
-    def __enter__(self) -> _TrainJob:
-        cfg, phases = self.cfg, self.phases
-        with phases.phase("setup"):
-            from rope_lab.tasks import task_from_config
-            from rope_lab.trial.checkpoint import TrialCheckpointer
-            from rope_lab.trial.hooks import Hook
-            from rope_lab.trial.train import init_state
-
-            self.folder.mkdir(parents=True, exist_ok=True)
-            config_text = yaml.safe_dump(to_dict(cfg), sort_keys=False)
-            atomic_write_text(self.folder / CONFIG_FILE, config_text)
-            every = cfg.train.checkpoint_every or max(cfg.train.steps, 1)
-            self.model, self.opt_state = init_state(cfg)
-            task = task_from_config(cfg.task)
-        self.ckpt = TrialCheckpointer(self.folder / "checkpoints", every=every)
-        try:
-            with phases.phase("io"):
-                self.start = self.ckpt.latest_step() or 0
-                if self.start:
-                    self.model, self.opt_state, self.start, _ = self.ckpt.restore(
-                        self.model, self.opt_state
-                    )
-            self.written = self.start
-            self.hooks = [Hook(every=every, fn=self._checkpoint)]
-            if cfg.ntk.enabled:
-                from rope_lab.ntk.tracking import tracking_hook
-
-                def sink(step: int, rows: list[dict]) -> None:
-                    append_rows(self.folder, "ntk", rows, segment=f"ntk_{step:08d}")
-
-                with phases.phase("ntk"):
-                    hook, self.tracker = tracking_hook(
-                        cfg, task, sink, folder=self.folder, done_steps=self.start
-                    )
-                self.hooks.insert(0, dataclasses.replace(hook, fn=_timed(phases, "ntk", hook.fn)))
-        except BaseException:
-            self.ckpt.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.ckpt.close()
-
-    def _flush(self, history: list[dict], upto: int) -> None:
-        rows = [r for r in history if self.written < r["step"] <= upto]
-        if rows:
-            append_rows(self.folder, "train", rows, segment=f"train_{upto:08d}")
-        self.written = upto
-
-    def _checkpoint(self, state: Any) -> None:
-        # Rows first: a kill between the two recomputes them (same segment name), whereas a
-        # checkpoint saved before its rows would lose them on resume.
-        with self.phases.phase("io"):
-            self._flush(state.history, state.step)
-            self.ckpt.save(
-                state.step, state.model, state.opt_state, {"data_step": state.step}, force=True
-            )
-
-    def finish(self, result: Any) -> dict:
-        """The remaining train rows and the model written; the stage's result (no phases)."""
-        from rope_lab.model.transformer import count_non_embedding_params, count_params
-        from rope_lab.trial.checkpoint import save_model
-
-        with self.phases.phase("io"):
-            self._flush(result.history, result.steps_done)
-        out = {
-            "status": "diverged" if result.diverged else "done",
-            "n_params": count_params(result.model),
-            "n_params_non_embedding": count_non_embedding_params(result.model),
-            "tokens_seen": result.tokens_seen,
-            "resumed_from": self.start,
-            "final_loss": result.history[-1]["loss"] if result.history else None,
-            "ntk_time_s": 0.0 if self.tracker is None else self.tracker.seconds,
-            "train_time_s": result.wall_time_s,
-        }
-        if not result.diverged:
-            with self.phases.phase("io"):
-                save_model(self.folder / MODEL_FILE, result.model)
-        return out
-
-
-def _train_alone(job: _TrainJob) -> dict:
-    from rope_lab.trial.train import train
-
-    with job.phases.phase("train"):
-        result = train(
-            job.cfg,
-            model=job.model,
-            opt_state=job.opt_state,
-            start_step=job.start,
-            hooks=job.hooks,
-        )
-    return job.finish(result)
-
-
-def _train(cfg: TrialConfig, run_dir: Path) -> dict:
-    phases = Phases()
-    with _TrainJob(cfg, run_dir, phases) as job:
-        out = _train_alone(job)
-    return out | {"phases": phases.as_dict()}
-
-
-def _train_pack(cfgs: Sequence[TrialConfig], run_dir: Path) -> dict[str, dict]:
-    """Train stage results of `cfgs` by trial id (`run_pack_train`): the members that resume
-    from the same step (all, unless a kill fell between two members' checkpoints) train as one
-    program (`ensemble.train_packed`), each with its own `_TrainJob`; a member left alone, and
-    every member when the trials would train over several devices of this worker, trains
-    alone. The phases are the whole task's, in every member's result; so is `train_time_s` of
-    the members trained as one program."""
-    from rope_lab.trial.ensemble import train_packed
-    from rope_lab.trial.packing import mismatch
-    from rope_lab.trial.parallel import resolve_devices
-
-    reason = mismatch(cfgs)
-    if reason is not None:
-        raise ValueError(f"cannot train as one pack: {reason}")
-    tr = cfgs[0].train
-    devices = resolve_devices(tr.devices, tr.batch_size)
-    ids = [c.trial_id for c in cfgs]
-    phases = Phases()
-    outs: dict[str, dict] = {}
-    with contextlib.ExitStack() as stack:
-        jobs = [stack.enter_context(_TrainJob(c, run_dir, phases)) for c in cfgs]
-        groups: dict[int, list[_TrainJob]] = {}
-        for job in jobs:
-            groups.setdefault(job.start, []).append(job)
-        for start, group in groups.items():
-            if devices > 1 or len(group) == 1:
-                why = (
-                    f"this worker trains each on {devices} devices; a pack trains on one"
-                    if devices > 1
-                    else f"resumed alone from step {start} (the others from other steps)"
-                )
-                for job in group:
-                    outs[job.cfg.trial_id] = _train_alone(job) | {"pack_reason": why}
-                continue
-            with phases.phase("train"):
-                results = train_packed(
-                    [job.cfg for job in group],
-                    models=[job.model for job in group],
-                    opt_states=[job.opt_state for job in group],
-                    start_step=start,
-                    hooks=[job.hooks for job in group],
-                )
-            for job, result in zip(group, results, strict=True):
-                outs[job.cfg.trial_id] = job.finish(result)
-    return {tid: outs[tid] | {"pack": ids, "phases": phases.as_dict()} for tid in ids}
-
-
-def _timed(phases: Phases, name: str, fn: Callable) -> Callable:
-    def run(state):
-        with phases.phase(name):
-            fn(state)
-
-    return run
-
-
-def _evaluate(cfg: TrialConfig, run_dir: Path, stage: Stage) -> dict:
-    """Rows of one stage reading the saved model into `eval/<stage>.parquet`: the model as
-    trained, or under the stage's scaling zero-shot (none when it leaves the trained frequencies
-    as they are), then fine-tuned when `scaling_plan.fine_tuned`; and the NTK under a RoPE
-    scaling into `ntk/<stage>.parquet` when `ntk_plan.measures_under`."""
-    from rope_lab.model.factory import make_model
-    from rope_lab.ntk.plan import measures_under
-    from rope_lab.tasks import task_from_config
-    from rope_lab.trial.checkpoint import load_model
-    from rope_lab.trial.evaluate import evaluate_model, finetune_and_evaluate
-    from rope_lab.trial.scaling_plan import same_frequencies, scalings_for
-
-    assert stage.scaling is not None
-    phases = Phases()
-    folder = trial_dir(run_dir, cfg.trial_id)
-    with phases.phase("io"):
-        model = load_model(folder / MODEL_FILE, make_model(cfg))
-    task = task_from_config(cfg.task)
-    step = cfg.train.steps
-    trained = scalings_for(cfg)[0]
-    rows: list[dict] = []
-    if stage.scaling == trained or not same_frequencies(trained, stage.scaling):
-        with phases.phase("eval"):
-            rows += evaluate_model(model, task, cfg, step=step, scalings=[stage.scaling])
-    if stage.scaling != trained:
-        with phases.phase("finetune"):
-            rows += finetune_and_evaluate(model, task, cfg, step=step, scalings=[stage.scaling])
-    with phases.phase("io"):
-        append_rows(folder, "eval", rows, segment=stage.name)
-    if stage.scaling != trained and measures_under(cfg, stage.scaling):
-        from rope_lab.ntk.tracking import NTKTracker
-
-        with phases.phase("ntk"):
-            ntk_rows = NTKTracker(cfg, task).under_scalings(model, step, [stage.scaling])
-        with phases.phase("io"):
-            append_rows(folder, "ntk", ntk_rows, segment=stage.name)
-    return {"status": "done", "phases": phases.as_dict()}
-
-
-def _decode(cfg: TrialConfig, run_dir: Path, stage: Stage) -> dict:
-    """Eval rows (`mode` "decode") of answers generated under every zero-shot scaling and each
-    of `eval.decode.protocols` into `eval/<stage>.parquet`."""
-    from rope_lab.model.factory import make_model
-    from rope_lab.tasks import task_from_config
-    from rope_lab.trial.checkpoint import load_model
-    from rope_lab.trial.decode_eval import decode_rows
-    from rope_lab.trial.stage_plan import decoded_scalings
-
-    phases = Phases()
-    folder = trial_dir(run_dir, cfg.trial_id)
-    with phases.phase("io"):
-        model = load_model(folder / MODEL_FILE, make_model(cfg))
-    task = task_from_config(cfg.task)
-    rows: list[dict] = []
-    with phases.phase("decode"):
-        for scaling in decoded_scalings(cfg):
-            rows += decode_rows(
-                model,
-                task,
-                cfg,
-                step=cfg.train.steps,
-                scaling=scaling,
-                protocols=cfg.eval.decode.protocols,
-            )
-    with phases.phase("io"):
-        append_rows(folder, "eval", rows, segment=stage.name)
-    return {"status": "done", "phases": phases.as_dict()}
 
 
 def select_stage_rows(folder: Path, stages: Sequence[str]) -> None:

@@ -1,7 +1,7 @@
 """Training: one jitted step that samples its own batch (deterministic in the step index, so
 resuming is exact) and updates with the trial's optimiser (`rope_lab.trial.optimizer`: AdamW,
 warmup + cosine, clipping, muP learning-rate groups), and a loop with hooks
-(`rope_lab.trial.hooks`) for evaluation, checkpoints and NTK tracking. A non-finite loss stops
+(`rope_lab.hooks`) for evaluation, checkpoints and NTK tracking. A non-finite loss stops
 the run and marks it diverged. The step runs data-parallel over `train.devices` local devices
 (`rope_lab.trial.parallel`): batch split over a 1-D "data" mesh, parameters replicated.
 
@@ -25,12 +25,12 @@ import optax
 from jax.sharding import Mesh
 
 from rope_lab.config import TrainConfig, TrialConfig
+from rope_lab.hooks import Hook, StepState
 from rope_lab.model.factory import make_model
 from rope_lab.model.positions import batch_positions
 from rope_lab.model.positions.pose import pose_batch_positions
 from rope_lab.model.transformer import Transformer, trainable
 from rope_lab.tasks import Task, task_from_config
-from rope_lab.trial.hooks import Hook, StepState
 from rope_lab.trial.objective import masked_loss, token_losses
 from rope_lab.trial.optimizer import lr_schedule, make_optimizer
 from rope_lab.trial.parallel import (

@@ -11,19 +11,10 @@ import numpy as np
 import pytest
 
 from rope_lab.config import TrialConfig, from_dict, replace, validate
-from rope_lab.model.decode import (
-    PROGRAMS,
-    PROTOCOLS,
-    decode_step,
-    generate,
-    generate_padded,
-    init_cache,
-    prefill,
-    prefill_padded,
-    slots,
-    step_encodings,
-)
+from rope_lab.model.decode import decode_step, generate, prefill, prefill_padded
+from rope_lab.model.decode_padded import PROGRAMS, generate_padded, step_encodings
 from rope_lab.model.factory import make_model
+from rope_lab.model.kv_cache import PROTOCOLS, init_cache, slots
 from rope_lab.model.transformer import trainable, with_scaling, with_temperature
 from rope_lab.registry import POSITIONS
 from tests.helpers import tiny_trial

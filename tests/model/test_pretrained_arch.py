@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from rope_lab.config import replace, validate
-from rope_lab.model.decode import generate, init_cache
+from rope_lab.model.decode import generate
+from rope_lab.model.kv_cache import init_cache
 from rope_lab.model.layers import Linear, Norm, fused_linear
 from rope_lab.model.transformer import count_non_embedding_params, count_params, trainable
 from rope_lab.sweep.plan import estimate_cost

@@ -70,7 +70,7 @@ DEFECTS = (
     ),
     Defect(
         "finetuned-rows-evaluate-untuned-model",
-        "rope_lab/trial/evaluate.py",
+        "rope_lab/trial/finetune.py",
         "tuned.model, task, cfg, step=step, scalings=[scaling], finetune_steps=ev.finetune_steps",
         "model, task, cfg, step=step, scalings=[scaling], finetune_steps=ev.finetune_steps",
         ("tests/trial/test_evaluate.py",),

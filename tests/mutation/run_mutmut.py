@@ -55,6 +55,7 @@ MODULES = {
     "rope_lab/trial/optimizer.py": ("tests/trial/test_train.py", "tests/model/test_transformer.py"),
     "rope_lab/trial/objective.py": ("tests/trial/test_objective.py", "tests/trial/test_train.py"),
     "rope_lab/trial/evaluate.py": ("tests/trial/test_evaluate.py",),
+    "rope_lab/trial/finetune.py": ("tests/trial/test_evaluate.py",),
     "rope_lab/ntk/kernels.py": ("tests/ntk/test_kernels.py", "tests/ntk/test_columns.py"),
     "rope_lab/ntk/tracking.py": ("tests/ntk/test_tracking.py", "tests/ntk/test_columns.py"),
 }

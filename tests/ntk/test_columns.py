@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from rope_lab.config import TrialConfig, replace
+from rope_lab.hooks import StepState
 from rope_lab.model.factory import make_model as make_model_from_key
 from rope_lab.model.transformer import trainable, with_scaling
 from rope_lab.ntk import kernels as ntk
@@ -30,7 +31,6 @@ from rope_lab.ntk.plan import measures_under
 from rope_lab.ntk.tracking import ProbeSets, tracking_hook
 from rope_lab.registry import NTK_METRICS, POSITIONS
 from rope_lab.registry import SCALINGS as SCALING_METHODS
-from rope_lab.trial.hooks import StepState
 from rope_lab.trial.scaling_plan import scalings_for
 from rope_lab.trial.train import make_model, make_task_from
 from tests.helpers import tiny_trial

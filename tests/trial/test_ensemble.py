@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from rope_lab.config import replace
+from rope_lab.hooks import Hook
 from rope_lab.model.factory import make_model
 from rope_lab.trial.ensemble import init_ensemble, train_ensemble, train_packed, unstack
-from rope_lab.trial.hooks import Hook
 from rope_lab.trial.train import train
 from tests.helpers import tiny_trial
 

@@ -19,17 +19,17 @@ from rope_lab.model.transformer import with_scaling
 from rope_lab.results import read_trial_table, trial_dir
 from rope_lab.sweep.stages import MODEL_FILE, run_stage
 from rope_lab.tasks import Batch, task_from_config
-from rope_lab.trial import evaluate
+from rope_lab.trial import evaluate, finetune
 from rope_lab.trial.checkpoint import save_model
 from rope_lab.trial.evaluate import (
     NO_SCALING,
     Scaling,
     evaluate_model,
     extrapolation_summary,
-    finetune_and_evaluate,
     format_table,
     scalings_for,
 )
+from rope_lab.trial.finetune import finetune_and_evaluate
 from rope_lab.trial.objective import token_losses
 from rope_lab.trial.scaling_plan import eval_scaling
 from rope_lab.trial.stage_plan import scaling_stage_name
@@ -412,7 +412,7 @@ def finetuned():
     model, task = make_model(cfg, key=jax.random.PRNGKey(1)), task_from_config(cfg.task)
     step, results = cfg.train.steps, []
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(evaluate, "train", _finetune_spy(cfg, model, results))
+        mp.setattr(finetune, "train", _finetune_spy(cfg, model, results))
         rows = finetune_and_evaluate(model, task, cfg, step=step)
     (tuned,) = results
     scalings = [Scaling("linear", 2.0)]
@@ -452,7 +452,7 @@ def test_scaling_stage_rows_are_zero_shot_and_finetuned(tmp_path, monkeypatch, f
     save_model(folder / MODEL_FILE, finetuned["model"])
     results = []
     spy = _finetune_spy(cfg, finetuned["model"], results, canned=finetuned["result"])
-    monkeypatch.setattr(evaluate, "train", spy)
+    monkeypatch.setattr(finetune, "train", spy)
     stage = scaling_stage_name(cfg, eval_scaling(cfg, "linear", 2.0))
     result = run_stage(to_dict(cfg), str(tmp_path), stage)
     assert result["status"] == "done", result
@@ -501,8 +501,8 @@ def test_finetune_only_the_chosen_methods_and_factors(monkeypatch, methods, fact
     def fake_eval(model, task, cfg_, *, step, scalings, finetune_steps=0):
         return [{"method": s.method, "factor": s.factor} for s in scalings]
 
-    monkeypatch.setattr(evaluate, "train", fake_train)
-    monkeypatch.setattr(evaluate, "evaluate_model", fake_eval)
+    monkeypatch.setattr(finetune, "train", fake_train)
+    monkeypatch.setattr(finetune, "evaluate_model", fake_eval)
     model = make_model(cfg)
     rows = []
     for method in ("linear", "default"):
@@ -538,7 +538,7 @@ def test_unscaled_rope_stages_exist_only_to_fine_tune(tmp_path, monkeypatch):
     folder = trial_dir(tmp_path, cfg.trial_id)
     save_model(folder / MODEL_FILE, make_model(cfg))
     monkeypatch.setattr(
-        evaluate, "train", lambda cfg_, *, model, **kw: types.SimpleNamespace(model=model)
+        finetune, "train", lambda cfg_, *, model, **kw: types.SimpleNamespace(model=model)
     )
     stage = scaling_stage_name(cfg, eval_scaling(cfg, "default", 2.0))
     assert run_stage(to_dict(cfg), str(tmp_path), stage)["status"] == "done"

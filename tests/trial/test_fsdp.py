@@ -28,7 +28,7 @@ CHILD = textwrap.dedent(
     from rope_lab.config import replace
     from rope_lab.trial import parallel
     from rope_lab.trial.checkpoint import TrialCheckpointer
-    from rope_lab.trial.hooks import Hook
+    from rope_lab.hooks import Hook
     from rope_lab.trial.optimizer import make_optimizer
     from rope_lab.trial.train import make_model, train, trainable
     from tests.helpers import tiny_trial

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from rope_lab.config import replace, validate
+from rope_lab.hooks import Hook
 from rope_lab.model.factory import make_model
 from rope_lab.model.lazy import LazyTransformer
 from rope_lab.model.transformer import Transformer, trainable, with_scaling
@@ -18,7 +19,6 @@ from rope_lab.results.scan import read_trial_table
 from rope_lab.tasks import task_from_config
 from rope_lab.trial.checkpoint import TrialCheckpointer, load_model
 from rope_lab.trial.evaluate import evaluate_model
-from rope_lab.trial.hooks import Hook
 from rope_lab.trial.pipeline import MODEL_FILE, run_trial_stages
 from rope_lab.trial.scaling_plan import NO_SCALING, Scaling
 from rope_lab.trial.train import train

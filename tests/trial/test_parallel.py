@@ -28,7 +28,7 @@ CHILD = textwrap.dedent(
     import jax
     from rope_lab.trial import parallel
     from rope_lab.config import replace
-    from rope_lab.trial.hooks import Hook
+    from rope_lab.hooks import Hook
     from rope_lab.trial.optimizer import make_optimizer
     from rope_lab.trial.train import (
         TraceGuard, make_model, make_task_from, make_train_step, train, trainable,

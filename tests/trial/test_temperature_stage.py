@@ -34,7 +34,7 @@ from rope_lab.results import read_trial_table, trial_dir
 from rope_lab.sweep.plan import estimate_cost
 from rope_lab.sweep.stages import MODEL_FILE, run_stage
 from rope_lab.tasks import Task, task_from_config
-from rope_lab.trial import evaluate
+from rope_lab.trial import finetune
 from rope_lab.trial.checkpoint import save_model
 from rope_lab.trial.evaluate import evaluate_model
 from rope_lab.trial.objective import token_losses
@@ -266,7 +266,7 @@ def test_stage_of_a_finetuned_rope_trial_is_zero_shot_on_top_of_its_trained_scal
     def no_finetune(*args, **kwargs):
         raise AssertionError("the temperature stage is zero-shot only")
 
-    monkeypatch.setattr(evaluate, "train", no_finetune)
+    monkeypatch.setattr(finetune, "train", no_finetune)
     name = scaling_stage_name(cfg, Scaling(TEMPERATURE, 1.0))
     result = run_stage(to_dict(cfg), str(tmp_path), name)
     assert result["status"] == "done", result

@@ -12,9 +12,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from rope_lab.config import TrainConfig, replace
+from rope_lab.hooks import Hook
 from rope_lab.model.factory import make_model
 from rope_lab.model.transformer import trainable
-from rope_lab.trial.hooks import Hook
 from rope_lab.trial.optimizer import lr_schedule, make_optimizer
 from rope_lab.trial.train import TraceGuard, train
 from tests.helpers import tiny_trial

@@ -57,9 +57,9 @@ def decode(
     """Decoded answers vs length, per cache protocol.
 
     ``metric`` (exact_match or accuracy of the answer tokens) vs evaluation length, one line
-    per PE kind / RoPE scaling, one panel per cache protocol (`rope_lab.model.decode.PROTOCOLS`) and
-    one for the teacher-forced numbers of the same models; one row of panels per task (else
-    per width or L_train when those vary). A whole
+    per PE kind / RoPE scaling, one panel per cache protocol
+    (`rope_lab.model.kv_cache.PROTOCOLS`) and one for the teacher-forced numbers of the same
+    models; one row of panels per task (else per width or L_train when those vary). A whole
     answer is right under
     greedy decoding exactly when it is under teacher forcing, so exact match agrees across
     panels for a scaling that does not depend on the length; dynamic scaling shows where the

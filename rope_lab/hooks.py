@@ -1,7 +1,8 @@
 """The training loop's hook protocol: what a hook sees (`StepState`) and when it runs (`Hook`).
 
-A leaf module: `rope_lab.trial.train` runs hooks, `rope_lab.ntk.tracking` and
-`rope_lab.trial.pipeline` write them, and neither side imports the other for it.
+A leaf module at the package root (it imports no rope_lab module at run time), so that
+`rope_lab.trial.train` and `rope_lab.trial.ensemble` run hooks and `rope_lab.ntk.tracking` and
+`rope_lab.trial.stage_work` write them without `ntk` importing from `trial`.
 """
 
 from __future__ import annotations
