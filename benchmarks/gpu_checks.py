@@ -269,6 +269,7 @@ def _attention_fn(impl: str, window: int | None, scale: float) -> Callable:
     import jax.numpy as jnp
 
     from rope_lab.model.attention import blocked_attention, fused_attention
+    from rope_lab.model.attention_logits import SOFTMAX
 
     if impl == "blocked":
 
@@ -276,7 +277,9 @@ def _attention_fn(impl: str, window: int | None, scale: float) -> Callable:
             positions = jnp.arange(q.shape[-2])
 
             def one(q, k, v):
-                return blocked_attention(q, k, v, positions, None, scale=scale, window=window)
+                return blocked_attention(
+                    q, k, v, positions, None, variant=SOFTMAX, scale=scale, window=window
+                )
 
             return jax.vmap(one)(q, k, v)
 

@@ -105,6 +105,7 @@ OFF_NEUTRAL: dict[str, dict[str, object]] = {
     "train.pose_target_length": {"train.pose_target_length": 64},
     "train.pose_chunks": {"train.pose_target_length": 64, "train.pose_chunks": 3},
     "train.regime": {"train.regime": "lazy"},
+    "model.attention_fn": {"model.attention_fn": "sinks"},
 }
 
 
@@ -157,6 +158,7 @@ NOT_LLAMA = {
     "parametrization": "mup",
     "scalable_softmax": True,
     "family": "cnn",
+    "attention_fn": "sinks",
 }
 
 

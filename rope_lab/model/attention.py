@@ -34,12 +34,17 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from rope_lab.config import ATTENTION_IMPLEMENTATIONS, ConfigError
+from rope_lab.model.attention_fns.base import AttentionFnConfig
 from rope_lab.model.attention_logits import (
     CONTEXTUAL_NEEDS_REFERENCE,
+    SOFTMAX,
+    Variant,
     block_logits,
+    fused_refusal,
     has_contextual,
     has_remap,
     remap_choice,
+    row_weights,
     visibility,
     visible_keys,
 )
@@ -55,12 +60,14 @@ def attend(
     positions: Int[Array, "*B L"],
     encoding: PositionEncoding,
     *,
+    variant: Variant,
     scale: float,
     implementation: str = "auto",
     window: int | None = None,
     row_scale: Float[Array, "*B H L"] | None = None,
 ) -> Float[Array, "*B H L Dh"]:
-    """Causal attention outputs (*B, H, L, Dh) by `implementation` (see the module docstring).
+    """Causal attention outputs (*B, H, L, Dh) by `implementation` (see the module docstring),
+    computing what `variant` says (`attention_logits.Variant`: softmax, or softmax with sinks).
 
     `row_scale` (broadcastable to (*B, H, L)) multiplies each query's logits, bias included.
     k and v may have fewer heads (*B, KV, L, Dh), KV dividing H (grouped-query attention).
@@ -78,6 +85,7 @@ def attend(
         has_bias=has_bias,
         contextual=contextual,
         remapped=remapped,
+        variant=variant.config,
     )
     if row_scale is not None:
         row_scale = jnp.broadcast_to(row_scale, heads_shape).astype(jnp.float32)
@@ -91,7 +99,15 @@ def attend(
 
     def per_sequence(q, k, v, positions, row_scale):
         return one(
-            q, k, v, positions, bias_encoding, scale=scale, window=window, row_scale=row_scale
+            q,
+            k,
+            v,
+            positions,
+            bias_encoding,
+            variant=variant,
+            scale=scale,
+            window=window,
+            row_scale=row_scale,
         )
 
     for _ in range(len(heads_shape) - 2):
@@ -107,12 +123,13 @@ def choose(
     has_bias: bool,
     contextual: bool = False,
     remapped: bool = False,
+    variant: AttentionFnConfig = SOFTMAX.config,
 ) -> str:
     """The implementation `auto` resolves to (or `implementation` itself, checked).
 
     A contextual term (`contextual`): reference, at any length. Otherwise GPU: cuDNN where it
-    applies (16-bit operands, no bias, no position remap), else blocked. TPU: blocked. CPU:
-    reference up to REFERENCE_MAX_LENGTH, blocked beyond.
+    applies (16-bit operands, no bias, no position remap, a `variant` it computes), else
+    blocked. TPU: blocked. CPU: reference up to REFERENCE_MAX_LENGTH, blocked beyond.
     """
     if implementation not in ATTENTION_IMPLEMENTATIONS:
         raise ConfigError(
@@ -124,6 +141,8 @@ def choose(
             raise ConfigError(CONTEXTUAL_NEEDS_REFERENCE.format(implementation=implementation))
         return "reference"
     backend = jax.default_backend()
+    if implementation == "cudnn" and not variant.fused_ok:
+        raise ConfigError(fused_refusal(variant))
     if implementation == "cudnn":
         if backend != "gpu":
             raise ConfigError(f"model.attention: cudnn needs a CUDA GPU; the backend is {backend}")
@@ -134,7 +153,7 @@ def choose(
     if implementation != "auto":
         return implementation
     if backend == "gpu":
-        plain = not has_bias and not remapped
+        plain = not has_bias and not remapped and variant.fused_ok
         cudnn_ok = plain and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)
         return "cudnn" if cudnn_ok else "blocked"
     if backend == "cpu" and length <= REFERENCE_MAX_LENGTH:
@@ -166,6 +185,7 @@ def attend_keys(
     visible: Bool[Array, "Lq Lk"],
     encoding: PositionEncoding,
     *,
+    variant: Variant,
     scale: float,
     row_scale: Float[Array, "H Lq"] | None = None,
 ) -> Float[Array, "H Lq Dh"]:
@@ -178,7 +198,7 @@ def attend_keys(
     bias = encoding.bias(q_positions, k_positions)
     choice = encoding.remap_choice(q_positions, k_positions)
     logits = block_logits(q, k, scale, bias, visible, row_scale, encoding, choice)
-    weights = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+    weights = row_weights(logits, variant).astype(v.dtype)
     return jnp.einsum("hqk,hkd->hqd", weights, v)
 
 
@@ -193,13 +213,15 @@ def reference_attention(
     positions: Int[Array, " L"],
     encoding: PositionEncoding | None,
     *,
+    variant: Variant,
     scale: float,
     window: int | None = None,
     row_scale: Float[Array, "H L"] | None = None,
 ) -> Float[Array, "H L Dh"]:
-    """Exact softmax per query block over its causal key prefix (`memory.causal_blocks`), with
-    the encoding's bias and contextual term (`contextual_bias` of each block's logits). Under a
-    remap q and k are (S, H, L, Dh), one rotation per position set."""
+    """Exact softmax (with `variant`'s prior logit) per query block over its causal key prefix
+    (`memory.causal_blocks`), with the encoding's bias and contextual term (`contextual_bias`
+    of each block's logits). Under a remap q and k are (S, H, L, Dh), one rotation per position
+    set."""
     length = q.shape[-2]
     index = jnp.arange(length)
     outs = []
@@ -211,7 +233,7 @@ def reference_attention(
         rows = None if row_scale is None else row_scale[:, start:stop]
         qb, kb = q[..., start:stop, :], k[..., :stop, :]
         logits = block_logits(qb, kb, scale, bias, ok, rows, encoding, choice)
-        weights = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+        weights = row_weights(logits, variant).astype(v.dtype)
         outs.append(jnp.einsum("hqk,hkd->hqd", weights, v[:, :stop]))
     return jnp.concatenate(outs, axis=1)
 

@@ -9,10 +9,15 @@ path only) the encoding's contextual term, then each query's `row_scale`, then t
 
 from __future__ import annotations
 
+from typing import Any
+
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
+from rope_lab.model.attention_fns.base import AttentionFnConfig
+from rope_lab.model.attention_fns.softmax import Softmax
 from rope_lab.model.positions import PositionEncoding
 
 # Logit of a masked pair: finite, so a query block whose first key block is wholly masked (a
@@ -23,6 +28,39 @@ CONTEXTUAL_NEEDS_REFERENCE = (
     "model.attention: {implementation} cannot add a contextual position term (CoPE): it needs "
     "each query's whole row of keys at once; use reference (or auto, which picks it)"
 )
+
+
+class Variant(eqx.Module):
+    """What attention computes, as every path calls it: the registered variant's config
+    (`model.attention_fn`, static) and its learned arrays in this layer (`init_params`)."""
+
+    config: AttentionFnConfig = eqx.field(static=True)
+    params: Any = None
+
+    def prior_logit(self) -> Float[Array, " H"] | None:
+        """(H,) log of the extra mass in each row's normaliser, or None (plain softmax)."""
+        return self.config.prior_logit(self.params)
+
+
+SOFTMAX = Variant(Softmax())  # plain softmax: no parameters, no prior
+
+
+def fused_refusal(variant: AttentionFnConfig) -> str:
+    """Why the fused cuDNN path cannot compute `variant`, naming it."""
+    return (
+        f"model.attention: cudnn cannot compute model.attention_fn {variant.name!r} "
+        "(jax.nn.dot_product_attention takes no extra normaliser term); use blocked or auto"
+    )
+
+
+def row_weights(logits: Float[Array, "H Bq Bk"], variant: Variant) -> Float[Array, "H Bq Bk"]:
+    """Attention weights of masked logits whose rows see all their keys: softmax, with the
+    variant's prior logit added to each row's normaliser when it has one."""
+    prior = variant.prior_logit()
+    if prior is None:
+        return jax.nn.softmax(logits, axis=-1)
+    lse = jnp.logaddexp(jax.nn.logsumexp(logits, axis=-1), prior[:, None])
+    return jnp.exp(logits - lse[..., None])
 
 
 def visible_keys(length: int, window: int | None = None) -> Bool[Array, "L L"]:
@@ -114,13 +152,17 @@ def has_contextual(encoding: PositionEncoding, q: Array) -> bool:
 __all__ = [
     "CONTEXTUAL_NEEDS_REFERENCE",
     "MASKED",
+    "SOFTMAX",
+    "Variant",
     "block_logits",
     "chosen",
+    "fused_refusal",
     "has_contextual",
     "has_remap",
     "per_set",
     "raw_logits",
     "remap_choice",
+    "row_weights",
     "visibility",
     "visible_keys",
 ]

@@ -8,7 +8,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rope_lab.registry import MODELS, POSITIONS
+from rope_lab.registry import ATTENTION_FNS, MODELS, POSITIONS
 from rope_lab.roles import (
     NOT_IN_CHECKPOINT,
     WRITTEN,
@@ -116,6 +116,8 @@ class ModelConfig:
     `scalable_softmax`: Scalable-Softmax (Nakanishi 2025): each query's logits times
     s_h log(n), n the number of keys it attends, s learned per head and layer (initialised to
     1 / log(L_train), so the last training position starts at temperature 1).
+    `attention_fn`: what attention computes (`registry.ATTENTION_FNS`: `softmax`, `sinks`; its
+    own fields under its name), as opposed to `attention`, how it is computed.
     `family`: the network (`registry.MODELS`: `transformer`, `cnn`), its own typed fields
     `arch` under its name (`model.cnn.kernel_size`); the fields above it has no use for are
     rejected off their defaults (each field's role declares the family capability it `needs`,
@@ -180,11 +182,31 @@ class ModelConfig:
     arch: Any = variant_field(
         MODELS, "family", role=Role(True, label="family", export=NOT_IN_CHECKPOINT, needs=None)
     )
+    attention_fn: str = identity(
+        "softmax",
+        neutral="softmax",
+        label=Label(" +{}"),
+        export=only("softmax"),
+        needs=ATTENTION,
+    )
+    attention_options: Any = variant_field(
+        ATTENTION_FNS,
+        "attention_fn",
+        role=Role(
+            True,
+            label=Unlabelled("no registered attention variant has fields of its own yet"),
+            export=NOT_IN_CHECKPOINT,
+            needs=ATTENTION,
+        ),
+    )
 
     def __post_init__(self) -> None:
         cls = variant_class(MODELS, self.family, "model.family")
         if type(self.arch) is not cls:  # None, or left over from another family by `replace`
             object.__setattr__(self, "arch", cls())
+        fn = variant_class(ATTENTION_FNS, self.attention_fn, "model.attention_fn")
+        if type(self.attention_options) is not fn:
+            object.__setattr__(self, "attention_options", fn())
 
     @property
     def receptive_field(self) -> int | None:
@@ -268,6 +290,12 @@ def check_model(cfg: TrialConfig) -> None:
     if "position" not in m.arch.unused_fields:
         check_positive(p.max_length, "model.position.max_length")
         p.options.check(cfg, f"model.position.{p.kind}")
+    m.attention_options.check(cfg, f"model.{m.attention_fn}")
+    if m.attention == "cudnn" and not m.attention_options.fused_ok:
+        raise ConfigError(
+            f"model.attention: cudnn cannot compute model.attention_fn {m.attention_fn!r}; "
+            "use blocked or auto"
+        )
     _check_layers(cfg)
 
 

@@ -111,8 +111,9 @@ def _forward_keeping_kv(
             if raw_keys:
                 q, k = _rotate_heads(enc, q, k, positions, positions)
             rows = a.row_scale(positions, kind, model.temperature)
-            out = attend(q, k, v, positions, enc, scale=a.scale, implementation=a.implementation,
-                         window=kind.window, row_scale=rows)  # fmt: skip
+            out = attend(q, k, v, positions, enc, variant=a.variant, scale=a.scale,
+                         implementation=a.implementation, window=kind.window,
+                         row_scale=rows)  # fmt: skip
             h = _rest_of_block(block, h, out)
             kept.append((cached, v))
         return h, tuple(kept)
@@ -209,7 +210,7 @@ def decode_step(
             rows = a.row_scale(position[None], kind, model.temperature, index=n[None])
             rows = None if rows is None else jnp.broadcast_to(rows, (a.heads, 1))
             out = attend_keys(q, kk, vv, position[None], ordered_pos, visible[None], enc,
-                              scale=a.scale, row_scale=rows)  # fmt: skip
+                              variant=a.variant, scale=a.scale, row_scale=rows)  # fmt: skip
             h = _rest_of_block(block, h, out)
             new.append((ks, vs))
         return h, tuple(new)

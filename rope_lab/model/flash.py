@@ -26,6 +26,7 @@ from rope_lab.config import ConfigError
 from rope_lab.model.attention_logits import (
     CONTEXTUAL_NEEDS_REFERENCE,
     MASKED,
+    Variant,
     block_logits,
     has_contextual,
     per_set,
@@ -70,6 +71,7 @@ def blocked_attention(
     positions: Int[Array, " L"],
     encoding: PositionEncoding | None,
     *,
+    variant: Variant,
     scale: float,
     window: int | None = None,
     block: int | None = None,
@@ -96,7 +98,7 @@ def blocked_attention(
     has_bias = encoding is not None and jax.eval_shape(encoding.bias, one, one) is not None
     sets = q.shape[0] if q.ndim == 4 else 0
     plan = _Plan(block, n_blocks, float(scale), window, has_bias, sets)
-    out = _flash((q, k, v, encoding, row_scale), positions, plan)
+    out = _flash((q, k, v, encoding, row_scale, variant), positions, plan)
     return out[:, :length]
 
 
@@ -127,13 +129,22 @@ def _bias(encoding: PositionEncoding | None, q_positions: Array, k_positions: Ar
     return None if encoding is None else encoding.bias(q_positions, k_positions)
 
 
-def _forward(q, k, v, encoding, row_scale, positions, plan: _Plan) -> tuple[Array, Array]:
-    """Outputs (H, L, Dh) and per-row log-sum-exp (H, L) of the padded sequence."""
+def _forward(q, k, v, encoding, row_scale, variant, positions, plan: _Plan):
+    """Outputs (H, L, Dh) and per-row log-sum-exp (H, L) of the padded sequence. Each row's
+    online-softmax state starts empty (max MASKED, normaliser 0), or at the variant's prior
+    logit (max = prior, normaliser = 1: a key of zero value)."""
     qt, kt = (_tiles(x, plan, _qk_axis(plan)) for x in (q, k))
     vt = _tiles(v, plan)
     rt = None if row_scale is None else _tiles(row_scale, plan)
     pt = positions.reshape(plan.n_blocks, plan.block)
     heads, dh = q.shape[-3], v.shape[-1]
+    prior = variant.prior_logit()
+    if prior is None:
+        m0 = jnp.full((heads, plan.block), MASKED, jnp.float32)
+        norm0 = jnp.zeros((heads, plan.block), jnp.float32)
+    else:
+        m0 = jnp.broadcast_to(prior.astype(jnp.float32)[:, None], (heads, plan.block))
+        norm0 = jnp.ones((heads, plan.block), jnp.float32)
 
     def query_block(_, i):
         qi = qt[i]
@@ -153,11 +164,7 @@ def _forward(q, k, v, encoding, row_scale, positions, plan: _Plan) -> tuple[Arra
             )
             return m_new, norm, acc * correction[..., None] + pv
 
-        init = (
-            jnp.full((heads, plan.block), MASKED, jnp.float32),
-            jnp.zeros((heads, plan.block), jnp.float32),
-            jnp.zeros((heads, plan.block, dh), jnp.float32),
-        )
+        init = (m0, norm0, jnp.zeros((heads, plan.block, dh), jnp.float32))
         m, norm, acc = jax.lax.fori_loop(*plan.key_blocks(i), key_block, init)
         return None, ((acc / norm[..., None]).astype(v.dtype), m + jnp.log(norm))
 
@@ -165,9 +172,11 @@ def _forward(q, k, v, encoding, row_scale, positions, plan: _Plan) -> tuple[Arra
     return _untile(out), _untile(lse)
 
 
-def _backward(q, k, v, encoding, row_scale, positions, plan: _Plan, out, lse, d_out):
-    """Gradients of (q, k, v, encoding, row_scale) from recomputed block logits (the flash
-    backward). With a row scale r the logits are r * z: dz = r * dS and dr = rowsum(dS * z)."""
+def _backward(q, k, v, encoding, row_scale, variant, positions, plan: _Plan, out, lse, d_out):
+    """Gradients of (q, k, v, encoding, row_scale, variant) from recomputed block logits (the
+    flash backward). With a row scale r the logits are r * z: dz = r * dS and
+    dr = rowsum(dS * z). A prior logit c (a zero-value key in every row's normaliser) leaves
+    dS as it is and gets dc = -sum_i exp(c - lse_i) delta_i (`_variant_grads`)."""
     qt, kt = (_tiles(x, plan, _qk_axis(plan)) for x in (q, k))
     vt, dot = (_tiles(x, plan) for x in (v, d_out))
     rt = None if row_scale is None else _tiles(row_scale, plan)
@@ -241,7 +250,22 @@ def _backward(q, k, v, encoding, row_scale, positions, plan: _Plan, out, lse, d_
         _untile(dk, axis).astype(k.dtype),
         _untile(dv).astype(v.dtype),
     )
-    return (*grads, d_params, None if row_scale is None else _untile(dr))
+    d_variant = _variant_grads(variant, lse, d_out, out)
+    return (*grads, d_params, None if row_scale is None else _untile(dr), d_variant)
+
+
+def _variant_grads(variant: Variant, lse: Array, d_out: Array, out: Array):
+    """The variant's parameter gradients through its prior logit c (H,): each row i's
+    normaliser holds exp(c), so dL/dc = -sum_i exp(c - lse_i) delta_i, delta_i = do_i . o_i
+    (padded rows have do_i = 0); then through `prior_logit` by its own VJP."""
+    params, static = eqx.partition(variant, eqx.is_inexact_array)
+    if variant.prior_logit() is None:
+        return jax.tree.map(jnp.zeros_like, params)
+    prior, vjp = jax.vjp(lambda p: eqx.combine(p, static).prior_logit(), params)
+    delta = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), -1)
+    d_prior = -jnp.sum(jnp.exp(prior[:, None] - lse) * delta, axis=-1)
+    (grads,) = vjp(d_prior.astype(prior.dtype))
+    return grads
 
 
 @eqx.filter_custom_vjp

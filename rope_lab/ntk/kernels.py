@@ -67,7 +67,8 @@ def param_group(path: str) -> str:
         return "embedding"
     if "attn" in parts:
         after = parts[parts.index("attn") + 1 : parts.index("attn") + 2]
-        if after in (["q"], ["k"], ["ssmax"]):  # Scalable-Softmax's s scales q . k
+        # Scalable-Softmax's s scales q . k; an attention variant's arrays (sinks) act on it
+        if after in (["q"], ["k"], ["ssmax"], ["variant"]):
             return "attention_qk"
         if after in (["v"], ["o"]):
             return "attention_vo"

@@ -133,7 +133,7 @@ def _transformer_params(trial: TrialConfig) -> tuple[int, int, int]:
             encoding += layer.position.options.n_params(own, max_length=trial.max_length)
     if m.scalable_softmax:
         encoding += m.depth * m.n_heads
-    extras = 0
+    extras = m.depth * m.attention_options.n_params(m)  # what attention computes (sinks)
     if m.qkv_bias:
         extras += m.depth * (m.attention_width + 2 * m.n_kv_heads * m.d_head)
     if m.qk_norm:

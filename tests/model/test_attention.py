@@ -4,6 +4,8 @@ The oracle is plain attention written out in NumPy: logits q k^T * scale + bias 
 (H, L, L), causal (and sliding-window) mask, softmax, weights @ v.
 """
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -14,17 +16,17 @@ from hypothesis import strategies as st
 
 from rope_lab.config import ConfigError, replace
 from rope_lab.model import attention, flash
-from rope_lab.model.attention import (
-    attend,
-    blocked_attention,
-    choose,
-    fused_attention,
-    reference_attention,
-)
+from rope_lab.model.attention import choose, fused_attention
+from rope_lab.model.attention_logits import SOFTMAX
 from rope_lab.ntk.kernels import sequence_kernel
 from rope_lab.registry import POSITIONS
 from rope_lab.trial.train import make_model
 from tests.helpers import tiny_trial
+
+# the kernels under plain softmax; attention variants have their own tests (test_attention_fns)
+attend = functools.partial(attention.attend, variant=SOFTMAX)
+blocked_attention = functools.partial(attention.blocked_attention, variant=SOFTMAX)
+reference_attention = functools.partial(attention.reference_attention, variant=SOFTMAX)
 
 KINDS = POSITIONS.names()
 BIAS_KINDS = [k for k in KINDS if "bias" in POSITIONS[k].hooks]

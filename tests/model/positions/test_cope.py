@@ -7,6 +7,8 @@ the whole causal (H, L, L) logits (gates, flipped cumulative sum, clamp, interpo
 attention output), given the module's table.
 """
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -26,7 +28,8 @@ from rope_lab.config import (
     validate,
 )
 from rope_lab.model import attention
-from rope_lab.model.attention import attend, blocked_attention, choose, reference_attention
+from rope_lab.model.attention import choose
+from rope_lab.model.attention_logits import SOFTMAX
 from rope_lab.model.memory import forward_bytes
 from rope_lab.model.positions import NoPE
 from rope_lab.model.positions.cope import CoPE, CopeConfig, contextual_positions
@@ -34,6 +37,11 @@ from rope_lab.model.transformer import count_params
 from rope_lab.sweep.plan import estimate_cost
 from rope_lab.trial.train import make_model, train
 from tests.helpers import ntk_against_jacrev, tiny_trial
+
+# the kernels under plain softmax; attention variants have their own tests (test_attention_fns)
+attend = functools.partial(attention.attend, variant=SOFTMAX)
+blocked_attention = functools.partial(attention.blocked_attention, variant=SOFTMAX)
+reference_attention = functools.partial(attention.reference_attention, variant=SOFTMAX)
 
 REFERENCE = eqx.filter_jit(reference_attention)
 

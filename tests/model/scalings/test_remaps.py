@@ -10,6 +10,7 @@ position sets rope_lab splits it into.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -19,15 +20,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rope_lab.config import ConfigError, replace, validate
-from rope_lab.model import rope
-from rope_lab.model.attention import attend
-from rope_lab.model.flash import blocked_attention
+from rope_lab.model import attention, rope
+from rope_lab.model.attention_logits import SOFTMAX
 from rope_lab.model.positions.remapped import RemappedRotary
 from rope_lab.model.positions.rotary import RotaryPE
 from rope_lab.model.transformer import with_scaling
 from rope_lab.registry import SCALINGS
 from rope_lab.trial.train import make_model
 from tests.helpers import tiny_trial
+
+# the kernels under plain softmax; attention variants have their own tests (test_attention_fns)
+attend = functools.partial(attention.attend, variant=SOFTMAX)
+blocked_attention = functools.partial(attention.blocked_attention, variant=SOFTMAX)
 
 REMAPS = [k for k in SCALINGS.names() if SCALINGS[k].remaps]
 

@@ -1,0 +1,52 @@
+"""The attention-variant interface: a typed, frozen config registered under
+`model.attention_fn`, and the hooks through which every attention path computes it.
+
+A variant is data plus hooks. Its learned arrays (`init_params`, one pytree per attention layer)
+live in the layer (`Attention.fn_params`); the config itself is a static field of the layer, so
+the hooks are its methods on those arrays. Hooks, and the paths that call them:
+
+- `prior_logit(params) -> (H,) | None`: the log of an extra term in each row's softmax
+  normaliser, a key of zero value that every query sees (attention sinks). The reference path
+  and cached decoding add it to each row's log-sum-exp; the blocked kernel starts each row's
+  online-softmax state from it (running max = the prior, normaliser = 1) and its custom VJP
+  returns the prior's gradient, -sum_i exp(prior - lse_i) delta_i per head, through
+  `jax.vjp` of this hook; cuDNN cannot add it and refuses the variant (`fused_ok`).
+
+Softmax (`softmax`, the default) has no parameters and no prior: every path computes exactly
+what it computed before variants existed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from jaxtyping import Array, PRNGKeyArray
+
+    from rope_lab.config import ModelConfig, TrialConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionFnConfig:
+    """Base of every registered attention variant; `name` is set by the registry."""
+
+    name: ClassVar[str]
+    order: ClassVar[int]  # rank in the registry's listings
+    # cuDNN's fused kernel computes it (`jax.nn.dot_product_attention` takes no extra terms)
+    fused_ok: ClassVar[bool] = False
+
+    def init_params(self, model: ModelConfig, *, key: PRNGKeyArray) -> Any:
+        """The variant's learned arrays of one attention layer (a pytree; None: none)."""
+        return None
+
+    def n_params(self, model: ModelConfig) -> int:
+        """Learned parameters per attention layer (`sweep plan`'s count)."""
+        return 0
+
+    def prior_logit(self, params: Any) -> Array | None:
+        """(H,) log of the extra mass in each row's softmax normaliser, or None."""
+        return None
+
+    def check(self, trial: TrialConfig, path: str) -> None:
+        """ConfigError naming the key unless the variant's fields fit the trial."""
