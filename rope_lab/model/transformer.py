@@ -41,7 +41,8 @@ from rope_lab.config import LayerConfig, ModelConfig
 from rope_lab.model.attention import attend, expand_kv, visible_keys
 from rope_lab.model.attention_logits import raw_logits
 from rope_lab.model.layers import MLP, Linear, Norm, dense, fused_linear, make_linear
-from rope_lab.model.positions import Frozen, PositionEncoding, make_position_encoding
+from rope_lab.model.positions import make_position_encoding
+from rope_lab.model.positions.modules import Frozen, PositionEncoding
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # Blocks unrolled per scan iteration: all of them up to this depth, then a loop over groups of this

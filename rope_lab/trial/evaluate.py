@@ -33,7 +33,7 @@ from jaxtyping import Array, Int
 
 from rope_lab.config import TrialConfig, thaw
 from rope_lab.model.memory import sequences_per_forward
-from rope_lab.model.positions import batch_positions
+from rope_lab.model.positions.modules import batch_positions
 from rope_lab.model.transformer import (
     Transformer,
     log_length_temperature,

@@ -28,7 +28,7 @@ from rope_lab.config import (
     to_dict,
     validate,
 )
-from rope_lab.model.positions import NoPE
+from rope_lab.model.positions.modules import NoPE
 from rope_lab.model.transformer import (
     count_params,
     log_length_temperature,
