@@ -25,7 +25,8 @@ from rope_lab.tasks.synthetic_lm import SyntheticLMParams, SyntheticLMTask
 from rope_lab.tasks.text_lm import TextLMParams, TextLMTask, text_split_bounds
 
 # Every module registers its task on import, so a new task is one new module (its `order`
-# places it in listings); the subpackage `sampling` (JAX) is imported when a task samples.
+# places it in listings) and its sampler in the subpackage `sampling` (JAX), imported when the
+# task samples.
 for _module in pkgutil.iter_modules(__path__):
     if not _module.ispkg:
         importlib.import_module(f"{__name__}.{_module.name}")

@@ -2,9 +2,10 @@
 
 `base` defines the typed config every family subclasses; `randomized` checks randomised
 positions, which any encoding can train with. Every other module of this package is imported
-here (the core ones first, in their legend order), so a new encoding is one new module: it
-registers itself. These modules import no JAX: each config's `build` imports its Equinox module
-from the subpackage `modules` (the hooks, the position draws, PoSE, the remaps) when it builds.
+here (the core ones first, in their legend order), so a new encoding is one new config module
+(it registers itself) and its module in `modules`. These modules import no JAX: each config's
+`build` imports its Equinox module from the subpackage `modules` (the hooks, the position
+draws, PoSE, the remaps) when it builds.
 """
 
 from __future__ import annotations
