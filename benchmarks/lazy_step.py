@@ -33,7 +33,7 @@ from rope_lab.config import (
     validate,
 )
 from rope_lab.model.factory import make_model
-from rope_lab.model.positions import batch_positions
+from rope_lab.model.positions.modules import batch_positions
 from rope_lab.model.transformer import trainable
 from rope_lab.tasks import task_from_config
 from rope_lab.trial.objective import token_losses

@@ -50,7 +50,7 @@ from rope_lab.model.attention_logits import (
 )
 from rope_lab.model.flash import blocked_attention
 from rope_lab.model.memory import REFERENCE_MAX_LENGTH, causal_blocks
-from rope_lab.model.positions import PositionEncoding
+from rope_lab.model.positions.modules import PositionEncoding
 
 
 def attend(

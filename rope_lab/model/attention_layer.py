@@ -16,7 +16,7 @@ from rope_lab.config import LayerConfig, ModelConfig
 from rope_lab.model.attention import attend, expand_kv, visible_keys
 from rope_lab.model.attention_logits import Variant, raw_logits
 from rope_lab.model.layers import Linear, Norm, fused_linear, make_linear
-from rope_lab.model.positions import PositionEncoding
+from rope_lab.model.positions.modules import PositionEncoding
 
 DEFAULT_LAYER = LayerConfig()  # full causal attention, the model-wide encoding
 

@@ -18,7 +18,7 @@ from jaxtyping import Array, Bool, Float
 
 from rope_lab.model.attention_fns.base import AttentionFnConfig
 from rope_lab.model.attention_fns.softmax import Softmax
-from rope_lab.model.positions import PositionEncoding
+from rope_lab.model.positions.modules import PositionEncoding
 
 # Logit of a masked pair: finite, so a query block whose first key block is wholly masked (a
 # sliding window) gives exp(0) placeholders, which the first unmasked block scales by

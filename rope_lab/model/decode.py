@@ -23,7 +23,7 @@ from jaxtyping import Array, Float, Int
 
 from rope_lab.model.attention import attend, attend_keys
 from rope_lab.model.kv_cache import PROTOCOLS, KVCache, LayerCache, init_cache, position_sets
-from rope_lab.model.positions import PositionEncoding
+from rope_lab.model.positions.modules import PositionEncoding
 from rope_lab.model.transformer import Block, Transformer, with_scaling
 
 

@@ -35,7 +35,7 @@ from rope_lab.model.attention_logits import (
     visibility,
 )
 from rope_lab.model.memory import BLOCK
-from rope_lab.model.positions import PositionEncoding
+from rope_lab.model.positions.modules import PositionEncoding
 
 
 @dataclass(frozen=True)

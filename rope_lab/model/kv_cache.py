@@ -33,7 +33,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 from rope_lab.config import DECODE_PROTOCOLS
-from rope_lab.model.positions.remapped import RemappedRotary
+from rope_lab.model.positions.modules.remapped import RemappedRotary
 from rope_lab.model.transformer import Transformer
 
 PROTOCOLS: Final = DECODE_PROTOCOLS

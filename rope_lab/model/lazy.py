@@ -43,7 +43,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 from rope_lab.config import ModelConfig
-from rope_lab.model.positions import Frozen
+from rope_lab.model.positions.modules import Frozen
 from rope_lab.model.transformer import Transformer, trainable
 
 

@@ -1,4 +1,4 @@
-"""Rotary position embedding (RoPE): inverse frequencies under length-scaling methods, and rotation.
+"""RoPE's inverse frequencies under every registered length-scaling method (NumPy, no JAX).
 
 The scaling methods (`kind`: ``default``, ``linear``, ``ntk``, ``dynamic``, ``yarn``, ...) are the
 classes registered in `rope_lab.registry.SCALINGS`, one module each in `rope_lab.model.scalings`;
@@ -9,7 +9,7 @@ module validates arguments against them and keeps the string-keyed API (`inv_fre
 ``tests/fixtures/hf_rope_golden.json`` holds its outputs. HF's float32 roundings are reproduced
 where later steps amplify them: the exponent ``2i / d`` is formed in float32, and the YaRN ramp and
 the whole llama3 band computation run in float32 in HF's order of operations. Other arithmetic runs
-in float64; results are float32.
+in float64; results are float32. The rotation by these frequencies is `rope_lab.model.rotation`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
-from jax import Array
 
 from rope_lab.model.scalings import Scaling
 from rope_lab.model.scalings.base import _is_int
@@ -28,9 +26,7 @@ from rope_lab.registry import SCALINGS
 
 __all__ = [
     "ROPE_KINDS",
-    "apply_rotary",
     "inv_freq",
-    "rotate_half",
     "scaling_config",
     "validate_scaling",
     "yarn_correction_range",
@@ -125,43 +121,3 @@ def inv_freq(
         original_length=original_length,
         seq_len=seq_len,
     )
-
-
-# ----------------------------------------------------------------------------- rotation
-
-
-def rotate_half(x: Array) -> Array:
-    """(..., D) -> (..., D): halves [a, b] of the last axis become [-b, a]; D must be even."""
-    half = x.shape[-1] // 2
-    return jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-
-
-def apply_rotary(
-    x: Array, positions: Array, inv_freq: Array | np.ndarray, attention_factor: float | Array
-) -> Array:
-    """Rotate the first r = 2 * len(inv_freq) dims of x (..., L, H, Dh); the rest pass through.
-
-    positions (L,) or (..., L), int or float. Half-split layout (as HF): dims j and j + r/2 form
-    a pair rotated by angle positions * inv_freq[j]; cos and sin are scaled by attention_factor.
-    Angles and the rotation are computed in float32; the result has x's dtype and shape.
-    """
-    inv = jnp.asarray(inv_freq, dtype=jnp.float32)
-    if inv.ndim != 1:
-        raise ValueError(f"inv_freq must be 1-D (r/2,), got shape {inv.shape}")
-    rot = 2 * inv.shape[0]
-    if rot > x.shape[-1]:
-        raise ValueError(
-            f"inv_freq rotates {rot} dims but x has only {x.shape[-1]} (shape {x.shape})"
-        )
-    pos = jnp.asarray(positions).astype(jnp.float32)
-    angles = pos[..., None] * inv.reshape((1,) * pos.ndim + inv.shape)  # (..., L, r/2)
-    emb = jnp.concatenate([angles, angles], axis=-1)[..., None, :]  # (..., L, 1, r)
-    if emb.ndim < x.ndim:  # shared positions (L,) for a batched x (..., L, H, Dh)
-        emb = emb.reshape((1,) * (x.ndim - emb.ndim) + emb.shape)
-    scale = jnp.asarray(attention_factor, dtype=jnp.float32)
-    cos, sin = jnp.cos(emb) * scale, jnp.sin(emb) * scale
-    head = x[..., :rot].astype(jnp.float32)
-    rotated = (head * cos + rotate_half(head) * sin).astype(x.dtype)
-    if rot == x.shape[-1]:
-        return rotated
-    return jnp.concatenate([rotated, x[..., rot:]], axis=-1)

@@ -30,7 +30,6 @@ logit scale and per-group learning-rate multipliers (`rope_lab.trial.optimizer.l
 from __future__ import annotations
 
 import copy
-import math
 
 import equinox as eqx
 import jax
@@ -40,7 +39,10 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 from rope_lab.config import LayerConfig, ModelConfig
 from rope_lab.model.attention_layer import DEFAULT_LAYER, Attention
 from rope_lab.model.layers import MLP, Linear, Norm, dense, make_linear
-from rope_lab.model.positions import Frozen, PositionEncoding, make_position_encoding
+from rope_lab.model.positions import make_position_encoding
+from rope_lab.model.positions.modules import Frozen, PositionEncoding
+from rope_lab.registry import SCALINGS
+from rope_lab.typed import thaw
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # Blocks unrolled per scan iteration: all of them up to this depth, then a loop over groups of this
@@ -282,9 +284,6 @@ def at_length(model: Transformer, length: int) -> Transformer:
     """The model with a length-dependent trained scaling (dynamic NTK, LongRoPE) taken at
     `length`, as Hugging Face's rotary embedding does for a forward of `length` tokens (for
     dynamic NTK only past the trained length); the model itself for every other encoding."""
-    from rope_lab.registry import SCALINGS
-    from rope_lab.typed import thaw
-
     if not model.config.supports_scaling:
         return model
     kind, factor, params = model.config.scaled_position.options.trained_scaling()
@@ -294,18 +293,8 @@ def at_length(model: Transformer, length: int) -> Transformer:
 
 
 def with_temperature(model: Transformer, temperature: float) -> Transformer:
-    """The same model with every attention logit multiplied by `temperature` (bias included).
-
-    The zero-shot log-length temperature at length L is `log_length_temperature(L, L_train)`.
-    """
+    """The same model with every attention logit multiplied by `temperature` (bias included;
+    the zero-shot one at length L: `trial.scaling_plan.log_length_temperature(L, L_train)`)."""
     out = copy.copy(model)
     object.__setattr__(out, "temperature", float(temperature))  # a static field
     return out
-
-
-def log_length_temperature(length: int, train_length: int) -> float:
-    """max(1, log L / log L_train): the logit multiplier that keeps attention entropy roughly
-    constant past the training length (1 at and below it)."""
-    if length <= train_length or train_length < 2:
-        return 1.0
-    return math.log(length) / math.log(train_length)

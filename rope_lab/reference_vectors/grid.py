@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from rope_lab.hf.config import CheckpointError, hf_rope_parameters
+from rope_lab.model.rope import inv_freq
 from rope_lab.reference_vectors.parameters import (
     BASE,
     FIELD_CASES,
@@ -51,8 +53,6 @@ class Case:
 
     def frequencies(self) -> tuple[np.ndarray, float]:
         """(rotary_dim // 2,) float32 inverse frequencies and the attention factor."""
-        from rope_lab.model.rope import inv_freq  # deferred: imports JAX
-
         return inv_freq(
             self.method,
             self.rotary_dim,
@@ -65,9 +65,6 @@ class Case:
 
     def hf(self) -> tuple[dict[str, Any] | None, str]:
         """(the Hugging Face config fields that reproduce the case, or None; why not)."""
-        # deferred: imports JAX
-        from rope_lab.hf.config import CheckpointError, hf_rope_parameters
-
         proportional = "partial_rotary_factor" in self.params
         try:
             rope, max_pos = hf_rope_parameters(

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from rope_lab.model.rope import scaling_config
 from rope_lab.model.scalings.remaps import Remap
 from rope_lab.reference_vectors.grid import Case
 from rope_lab.reference_vectors.tables import table
@@ -34,8 +35,6 @@ def remap_positions(case: Case) -> tuple[int, ...]:
 
 def remap_rule(case: Case) -> Any:
     """The resolved position sets of a remap case (`Remap.rule`)."""
-    from rope_lab.model.rope import scaling_config  # deferred: imports JAX
-
     method = scaling_config(case.method, **case.params)
     assert isinstance(method, Remap)
     return method.rule(case.factor, case.original_length)

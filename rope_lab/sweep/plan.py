@@ -19,6 +19,8 @@ from rope_lab.model.memory import (
 from rope_lab.ntk.plan import gradient_passes, outputs_per_row
 from rope_lab.runtime.device_share import memory_fraction
 from rope_lab.sweep.spec import Resources
+from rope_lab.tasks import task_from_config
+from rope_lab.tasks.windows import window_count
 from rope_lab.trial.scaling_plan import finetune_scalings, position_sets, scalings_for
 from rope_lab.trial.stage_plan import trial_stages
 
@@ -109,10 +111,6 @@ def eval_sequences(trial: TrialConfig, length: int) -> int:
     ev = trial.eval
     if ev.text_protocol == "random":
         return ev.batches * ev.batch_size
-    # deferred: the tasks import JAX, which only the text protocols need here
-    from rope_lab.tasks import task_from_config
-    from rope_lab.tasks.text_lm import window_count
-
     size = task_from_config(trial.task).split_tokens("eval").size  # type: ignore[attr-defined]
     stride = min(ev.text_stride or trial.train.length, length)
     windows = window_count(size, length, ev.text_protocol, stride)

@@ -6,7 +6,9 @@ prediction of ``targets[:, t]`` is scored.
 
 A task's parameters are a frozen dataclass (:class:`TaskParams`) registered in
 ``registry.TASKS``; its task class (hashable, so a static argument of :func:`jax.jit`) adds
-``vocab_size``, the checks and the sampler.
+``vocab_size``, the checks and the sampler. This module and the task modules import no JAX: a
+task's ``_sample`` (and the ``operands`` of a task that holds data) import its sampler from
+``rope_lab.tasks.sampling`` when it samples.
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ import dataclasses
 import difflib
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple, Self
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Self, TypeAlias
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-Operands = tuple[jax.Array, ...]
+if TYPE_CHECKING:
+    import jax
+
+# the fixed device arrays a sampler reads (`Task.operands`)
+Operands: TypeAlias = "tuple[jax.Array, ...]"
 SPLITS = ("train", "eval")
 
 
@@ -80,32 +84,6 @@ def check_split(split: str) -> None:
     """Raise ValueError unless ``split`` is one of :data:`SPLITS`."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, got split={split!r}")
-
-
-def random_bits(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
-    """All randomness of one batch from a single 1-D threefry call, reshaped to ``shape``.
-
-    One flat call compiles several times faster on CPU than several or multi-dimensional calls.
-    """
-    return jax.random.bits(key, (math.prod(shape),), jnp.uint32).reshape(shape)
-
-
-def randint(bits: jax.Array, low: int, high: int | jax.Array) -> jax.Array:
-    """Integers in [low, high) from uint32 ``bits`` (modulo bias <= (high - low) / 2**32)."""
-    span = jnp.asarray(high - low).astype(jnp.uint32)
-    return (bits % span).astype(jnp.int32) + low
-
-
-def uniform(bits: jax.Array) -> jax.Array:
-    """Floats in [0, 1) with 24 random bits from uint32 ``bits``."""
-    return (bits >> 8).astype(jnp.float32) * jnp.float32(2.0**-24)
-
-
-def finish(seq: jax.Array, mask: jax.Array) -> Batch:
-    """Split a (B, L+1) sequence into tokens/targets; ``mask`` is (B, L) or broadcastable."""
-    seq = seq.astype(jnp.int32)
-    tokens, targets = seq[:, :-1], seq[:, 1:]
-    return Batch(tokens, targets, jnp.broadcast_to(mask, tokens.shape).astype(bool))
 
 
 def _did_you_mean(word: str, options: list[str]) -> str:

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
-
-import jax
-import jax.numpy as jnp
+from typing import TYPE_CHECKING, ClassVar
 
 from rope_lab.registry import TASKS
 from rope_lab.roles import identity
@@ -18,10 +15,10 @@ from rope_lab.tasks.base import (
     TaskParams,
     check_float,
     check_int,
-    finish,
-    randint,
-    random_bits,
 )
+
+if TYPE_CHECKING:
+    import jax
 
 
 @TASKS.register("copy")
@@ -87,12 +84,7 @@ class CopyTask(CopyParams, Task):
         return f"BEGIN, SEP and two copies of a segment of {m} tokens"
 
     def _sample(self, key: jax.Array, batch_size: int, length: int, operands: Operands) -> Batch:
-        n, m = length + 1, self.segment_length_for(length)
-        seq = randint(random_bits(key, (batch_size, n)), self.CONTENT_START, self.vocab_size)
-        begin = n - 2 * m - 2
-        segment = seq[:, begin + 1 : begin + 1 + m]
-        seq = seq.at[:, begin].set(self.BEGIN)
-        seq = seq.at[:, begin + 1 + m].set(self.SEP)
-        seq = seq.at[:, begin + 2 + m :].set(segment)
-        mask = jnp.arange(length) >= length - m
-        return finish(seq, mask[None, :])
+        """The batch, drawn in JAX (`rope_lab.tasks.sampling.copy`)."""
+        from rope_lab.tasks.sampling.copy import sample  # deferred: imports JAX
+
+        return sample(self, key, batch_size, length, operands)

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
-
-import jax
-import jax.numpy as jnp
+from typing import TYPE_CHECKING, ClassVar
 
 from rope_lab.registry import TASKS
 from rope_lab.roles import identity
@@ -19,9 +16,11 @@ from rope_lab.tasks.base import (
     TaskParams,
     check_float,
     check_int,
-    random_bits,
 )
-from rope_lab.tasks.words import WordVocabulary, finish_words, top_words, word_orders
+from rope_lab.tasks.words import WordVocabulary
+
+if TYPE_CHECKING:
+    import jax
 
 
 @TASKS.register("cwe")
@@ -84,15 +83,7 @@ class CommonWordsTask(WordVocabulary, CommonWordsParams, Task):
             )
 
     def _sample(self, key: jax.Array, batch_size: int, length: int, operands: Operands) -> Batch:
-        k, n = self.num_common, length - self.num_common
-        c, _ = self.counts(length)
-        others = self.word_vocab - k
-        bits = random_bits(key, (batch_size, self.word_vocab + n))
-        perm = word_orders(bits, self.word_vocab)
-        slot = jnp.arange(n, dtype=jnp.int32)[None, :]
-        common_slot = slot < k * c
-        pick = jnp.where(common_slot, slot // c, k + (slot - k * c) % others)
-        unshuffled = jnp.take_along_axis(perm, jnp.broadcast_to(pick, (batch_size, n)), axis=1)
-        shuffle = jnp.argsort(bits[:, self.word_vocab :], axis=1)
-        words = jnp.take_along_axis(unshuffled, shuffle, axis=1)
-        return finish_words(words, top_words(words, self.word_vocab, k), length)
+        """The batch, drawn in JAX (`rope_lab.tasks.sampling.cwe`)."""
+        from rope_lab.tasks.sampling.cwe import sample  # deferred: imports JAX
+
+        return sample(self, key, batch_size, length, operands)

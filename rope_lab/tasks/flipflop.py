@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
-
-import jax
-import jax.numpy as jnp
+from typing import TYPE_CHECKING, ClassVar
 
 from rope_lab.registry import TASKS
 from rope_lab.roles import identity
@@ -16,11 +13,10 @@ from rope_lab.tasks.base import (
     Task,
     TaskParams,
     check_float,
-    finish,
-    randint,
-    random_bits,
-    uniform,
 )
+
+if TYPE_CHECKING:
+    import jax
 
 
 @TASKS.register("flipflop")
@@ -70,18 +66,7 @@ class FlipFlopTask(FlipFlopParams, Task):
         return "the initial write and one more instruction with its bit"
 
     def _sample(self, key: jax.Array, batch_size: int, length: int, operands: Operands) -> Batch:
-        n = length + 1
-        num = (n + 1) // 2  # instructions at positions 0, 2, 4, ... <= n - 1
-        p_write = (1.0 - self.p_ignore) / 2.0
-        rnd = random_bits(key, (batch_size, num, 2))
-        u = uniform(rnd[..., 0])
-        instr = jnp.where(u < p_write, self.W, jnp.where(u < 2 * p_write, self.R, self.I))
-        instr = instr.astype(jnp.int32).at[:, 0].set(self.W)
-        bits = randint(rnd[..., 1], 0, 2)
-        steps = jnp.arange(num, dtype=jnp.int32)
-        last_write = jax.lax.cummax(jnp.where(instr == self.W, steps, -1), axis=1)
-        written = jnp.take_along_axis(bits, last_write, axis=1)
-        bits = jnp.where(instr == self.R, written, bits)
-        seq = jnp.stack([instr, bits + self.ZERO], axis=-1).reshape(batch_size, 2 * num)[:, :n]
-        tokens = seq[:, :-1]
-        return finish(seq, tokens == self.R)
+        """The batch, drawn in JAX (`rope_lab.tasks.sampling.flipflop`)."""
+        from rope_lab.tasks.sampling.flipflop import sample  # deferred: imports JAX
+
+        return sample(self, key, batch_size, length, operands)

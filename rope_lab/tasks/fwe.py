@@ -4,10 +4,7 @@ a list drawn from a Zipf law."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
-
-import jax
-import jax.numpy as jnp
+from typing import TYPE_CHECKING, ClassVar
 
 from rope_lab.registry import TASKS
 from rope_lab.roles import identity
@@ -18,10 +15,11 @@ from rope_lab.tasks.base import (
     TaskParams,
     check_float,
     check_int,
-    random_bits,
-    uniform,
 )
-from rope_lab.tasks.words import WordVocabulary, finish_words, top_words, word_orders
+from rope_lab.tasks.words import WordVocabulary
+
+if TYPE_CHECKING:
+    import jax
 
 
 @TASKS.register("fwe")
@@ -71,11 +69,7 @@ class FrequentWordsTask(WordVocabulary, FrequentWordsParams, Task):
         return f"num_frequent={self.num_frequent} words and the answer"
 
     def _sample(self, key: jax.Array, batch_size: int, length: int, operands: Operands) -> Batch:
-        k, n = self.num_frequent, length - self.num_frequent
-        bits = random_bits(key, (batch_size, self.word_vocab + n))
-        perm = word_orders(bits, self.word_vocab)
-        cdf = jnp.cumsum(jnp.asarray(self.probabilities(), jnp.float32))
-        rank = jnp.sum(uniform(bits[:, self.word_vocab :])[:, :, None] >= cdf[None, None, :], 2)
-        rank = jnp.minimum(rank, self.word_vocab - 1).astype(jnp.int32)
-        words = jnp.take_along_axis(perm, rank, axis=1)
-        return finish_words(words, top_words(words, self.word_vocab, k), length)
+        """The batch, drawn in JAX (`rope_lab.tasks.sampling.fwe`)."""
+        from rope_lab.tasks.sampling.fwe import sample  # deferred: imports JAX
+
+        return sample(self, key, batch_size, length, operands)

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
-
-import jax
-import jax.numpy as jnp
+from typing import TYPE_CHECKING, ClassVar
 
 from rope_lab.registry import TASKS
 from rope_lab.roles import identity
@@ -18,10 +15,10 @@ from rope_lab.tasks.base import (
     TaskParams,
     check_float,
     check_int,
-    finish,
-    randint,
-    random_bits,
 )
+
+if TYPE_CHECKING:
+    import jax
 
 
 @TASKS.register("mqar")
@@ -104,41 +101,7 @@ class MQARTask(MQARParams, Task):
             )
 
     def _sample(self, key: jax.Array, batch_size: int, length: int, operands: Operands) -> Batch:
-        n, pairs = length + 1, self.pairs_for(length)
-        region = n - 2 * pairs - 1
-        slots = region // 2
-        nk = self.num_keys
-        bits = random_bits(key, (batch_size, nk + pairs + slots))
-        # distinct keys per row: the first `pairs` entries of a random permutation
-        perm = jnp.argsort(bits[:, :nk], axis=1)
-        keys = perm[:, :pairs].astype(jnp.int32) + self.KEY_START
-        vals = randint(bits[:, nk : nk + pairs], self.value_start, self.vocab_size)
-        kv = jnp.stack([keys, vals], axis=-1).reshape(batch_size, 2 * pairs)
-        # random permutation of slots; slot s holds pair rank[s] if rank[s] < pairs
-        scores = bits[:, nk + pairs :]
-        rank = jnp.argsort(jnp.argsort(scores, axis=1), axis=1)
-        active = rank < pairs
-        pair = jnp.clip(rank, 0, pairs - 1)
-        q_key = jnp.where(active, jnp.take_along_axis(keys, pair, axis=1), self.FILL)
-        q_val = jnp.where(active, jnp.take_along_axis(vals, pair, axis=1), self.FILL)
-        queries = jnp.stack([q_key, q_val], axis=-1).reshape(batch_size, 2 * slots)
-        tail = region - 2 * slots
-        seq = jnp.concatenate(
-            [
-                kv,
-                jnp.full((batch_size, 1), self.SEP, jnp.int32),
-                queries,
-                jnp.full((batch_size, tail), self.FILL, jnp.int32),
-            ],
-            axis=1,
-        )
-        q_mask = jnp.stack([active, jnp.zeros_like(active)], axis=-1).reshape(batch_size, -1)
-        mask = jnp.concatenate(
-            [
-                jnp.zeros((batch_size, 2 * pairs + 1), bool),
-                q_mask,
-                jnp.zeros((batch_size, tail), bool),
-            ],
-            axis=1,
-        )
-        return finish(seq, mask[:, :length])
+        """The batch, drawn in JAX (`rope_lab.tasks.sampling.mqar`)."""
+        from rope_lab.tasks.sampling.mqar import sample  # deferred: imports JAX
+
+        return sample(self, key, batch_size, length, operands)

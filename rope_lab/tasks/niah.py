@@ -3,12 +3,8 @@ multi-query retrieval from a haystack of noise or of real text, at a chosen dept
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
-from typing import ClassVar
-
-import jax
-import jax.numpy as jnp
+from typing import TYPE_CHECKING, ClassVar
 
 from rope_lab.registry import TASKS
 from rope_lab.roles import identity
@@ -21,10 +17,10 @@ from rope_lab.tasks.base import (
     check_float,
     check_int,
     check_split,
-    finish,
-    randint,
-    random_bits,
 )
+
+if TYPE_CHECKING:
+    import jax
 
 
 @TASKS.register("niah")
@@ -195,79 +191,14 @@ class NeedleTask(hs.MarkedLayout, NeedleParams, Task):
 
     def operands(self, split: str = "train") -> Operands:
         """The haystack text on the device (the same for both splits), none for noise."""
+        from rope_lab.tasks.sampling.haystack import text_operand  # deferred: imports JAX
+
         check_split(split)
-        return () if hs.is_noise(self.haystack) else (hs.text_operand(self.haystack),)
+        return () if hs.is_noise(self.haystack) else (text_operand(self.haystack),)
 
     # -- sampling ------------------------------------------------------------------------------
     def _sample(self, key: jax.Array, batch_size: int, length: int, operands: Operands) -> Batch:
-        k_all, v_all, q_all = self.num_keys, self.num_values, self.num_queries
-        w, nl, d = self.value_length, self.needle_length, self.distractors
-        n_target = q_all * v_all
-        n_fill = self.filler_length(length)
-        k_fill, k_rest = jax.random.split(key)
-        sizes = (self.key_vocab, k_all * v_all * w, n_target, max(d, 1), d + 2)
-        bits = random_bits(k_rest, (batch_size, sum(sizes)))
-        cut = (0, *itertools.accumulate(sizes))
-        b_keys, b_vals, b_block, b_dist, b_place = (
-            bits[:, a:b] for a, b in itertools.pairwise(cut)
-        )
-        keys = jnp.argsort(b_keys, axis=1)[:, :k_all].astype(jnp.int32) + self.key_start
-        vals = randint(b_vals, self.value_start, self.filler_start).reshape(
-            batch_size, k_all, v_all, w
-        )
-        marker = jnp.full((batch_size, 1), self.NEEDLE, jnp.int32)
+        """The batch, drawn in JAX (`rope_lab.tasks.sampling.niah`)."""
+        from rope_lab.tasks.sampling.niah import sample  # deferred: imports JAX
 
-        def needles(key_idx: jax.Array, val_idx: jax.Array) -> jax.Array:
-            """(B, n, nl) needles of keys[key_idx] with values[key_idx, val_idx]."""
-            k = jnp.take_along_axis(keys, key_idx, axis=1)
-            v = vals[jnp.arange(batch_size)[:, None], key_idx, val_idx]  # (B, n, w)
-            mk = jnp.broadcast_to(marker[:, :, None], (batch_size, key_idx.shape[1], 1))
-            return jnp.concatenate([mk, k[:, :, None], v], axis=2)
-
-        # the asked needles in random order; a key's r-th needle holds its r-th value
-        owner = jnp.argsort(b_block, axis=1).astype(jnp.int32) // v_all  # (B, Q V)
-        same = owner[:, :, None] == owner[:, None, :]
-        earlier = jnp.tril(jnp.ones((n_target, n_target), bool), -1)
-        rank = jnp.sum(same & earlier[None], axis=2).astype(jnp.int32)
-        block = needles(owner, rank).reshape(batch_size, n_target * nl)
-        # distractors: the other keys' needles in random order, one item each
-        dist_id = jnp.argsort(b_dist, axis=1)[:, :d].astype(jnp.int32)
-        dist = needles(q_all + dist_id // v_all, dist_id % v_all).reshape(batch_size, d * nl)
-
-        if self.depth is None:
-            offsets = hs.random_offsets(b_place[:, : d + 1], n_fill)
-            at = randint(b_place[:, d + 1], 0, d + 1)  # the block's rank among the items
-        else:
-            start = self.block_start(length, self.depth)
-            offsets, at = hs.depth_offsets(
-                b_place[:, : d + 1], n_fill, start, nl, self.block_length
-            )
-        t = jnp.arange(d + 1, dtype=jnp.int32)[None, :]
-        lengths = jnp.where(t == at[:, None], self.block_length, nl)
-        i = jnp.arange(self.block_length + d * nl, dtype=jnp.int32)[None, :]
-        first = at[:, None] * nl
-        in_block = (i >= first) & (i < first + self.block_length)
-        from_dist = jnp.where(i < first, i, i - self.block_length)
-        contents = jnp.where(
-            in_block,
-            jnp.take_along_axis(block, jnp.clip(i - first, 0, self.block_length - 1), axis=1),
-            jnp.take_along_axis(dist, jnp.clip(from_dist, 0, max(d * nl - 1, 0)), axis=1)
-            if d
-            else 0,
-        )
-        text = operands[0] if operands else None
-        fill = hs.filler(k_fill, batch_size, n_fill, self.filler_start, self.vocab_size, text)
-        hay = hs.insert(fill, offsets, lengths, contents)
-        answer = vals[:, :q_all].reshape(batch_size, self.answer_length)
-        seq = jnp.concatenate(
-            [
-                hay,
-                jnp.full((batch_size, 1), self.QUERY, jnp.int32),
-                keys[:, :q_all],
-                jnp.full((batch_size, 1), self.ANSWER, jnp.int32),
-                answer,
-            ],
-            axis=1,
-        )
-        mask = jnp.arange(length) >= length - self.answer_length
-        return finish(seq, mask[None, :])
+        return sample(self, key, batch_size, length, operands)

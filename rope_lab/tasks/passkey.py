@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
-
-import jax
-import jax.numpy as jnp
+from typing import TYPE_CHECKING, ClassVar
 
 from rope_lab.registry import TASKS
 from rope_lab.roles import identity
@@ -17,10 +14,10 @@ from rope_lab.tasks.base import (
     TaskParams,
     check_float,
     check_int,
-    finish,
-    randint,
-    random_bits,
 )
+
+if TYPE_CHECKING:
+    import jax
 
 
 @TASKS.register("passkey")
@@ -86,23 +83,7 @@ class PasskeyTask(PasskeyParams, Task):
         return f"key block and answer of needle_length={self.needle_length} tokens each + marker"
 
     def _sample(self, key: jax.Array, batch_size: int, length: int, operands: Operands) -> Batch:
-        n, k = length + 1, self.needle_length
-        bits = random_bits(key, (batch_size, n + k + 1))
-        seq = randint(bits[:, :n], self.filler_start, self.vocab_size)
-        needle = randint(bits[:, n : n + k], self.DIGIT_START, self.filler_start)
-        query_pos = n - k - 1  # = length - k
-        max_start = query_pos - (k + 1)  # KEY block must end before QUERY
-        if self.depth is None:
-            start = randint(bits[:, -1], 0, max_start + 1)
-        else:
-            start = jnp.full((batch_size,), round(self.depth * max_start), jnp.int32)
-        idx = jnp.arange(n, dtype=jnp.int32)[None, :]
-        offset = idx - start[:, None] - 1
-        in_needle = (offset >= 0) & (offset < k)
-        needle_tok = jnp.take_along_axis(needle, jnp.clip(offset, 0, k - 1), axis=1)
-        seq = jnp.where(in_needle, needle_tok, seq)
-        seq = jnp.where(idx == start[:, None], self.KEY, seq)
-        seq = seq.at[:, query_pos].set(self.QUERY)
-        seq = seq.at[:, query_pos + 1 :].set(needle)
-        mask = jnp.arange(length) >= length - k
-        return finish(seq, mask[None, :])
+        """The batch, drawn in JAX (`rope_lab.tasks.sampling.passkey`)."""
+        from rope_lab.tasks.sampling.passkey import sample  # deferred: imports JAX
+
+        return sample(self, key, batch_size, length, operands)

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from rope_lab.registry import TASKS
@@ -19,11 +17,10 @@ from rope_lab.tasks.base import (
     check_float,
     check_int,
     check_split,
-    finish,
-    randint,
-    random_bits,
-    uniform,
 )
+
+if TYPE_CHECKING:
+    import jax
 
 _SOURCE_CACHE: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
 
@@ -90,40 +87,13 @@ class SyntheticLMTask(SyntheticLMParams, Task):
         return _SOURCE_CACHE[cache_key]
 
     def operands(self, split: str = "train") -> Operands:
+        from rope_lab.tasks.sampling.synthetic_lm import operands  # deferred: imports JAX
+
         check_split(split)
-        successors, probs = self.transition_table()
-        cdf = np.cumsum(probs, axis=1, dtype=np.float32)
-        cdf[:, -1] = 1.0
-        return (jnp.asarray(successors), jnp.asarray(cdf))
+        return operands(self)
 
     def _sample(self, key: jax.Array, batch_size: int, length: int, operands: Operands) -> Batch:
-        successors, cdf = operands
-        n, last = length + 1, self.branching - 1
-        rnd = random_bits(key, (n, batch_size, 3))
-        first = randint(rnd[0, :, 0], 0, self.vocab_size)
-        u = uniform(rnd)
-        u_markov, u_copy, u_lag = u[..., 0], u[..., 1], u[..., 2]
-        buf = jnp.zeros((batch_size, n), jnp.int32).at[:, 0].set(first)
-        zeros = jnp.zeros((batch_size,), jnp.int32)
+        """The batch, drawn in JAX (`rope_lab.tasks.sampling.synthetic_lm`)."""
+        from rope_lab.tasks.sampling.synthetic_lm import sample  # deferred: imports JAX
 
-        def step(carry, xs):
-            buf, prev, remaining, lag = carry
-            t, um, uc, ul = xs
-            choice = jnp.minimum(jnp.sum(um[:, None] >= cdf[prev], axis=1), last)
-            markov = jnp.take_along_axis(successors[prev], choice[:, None], axis=1)[:, 0]
-            start = (t >= self.min_lag) & (remaining == 0) & (uc < self.copy_prob)
-            span = (t - self.min_lag + 1).astype(jnp.float32)
-            new_lag = self.min_lag + jnp.floor(ul * span).astype(jnp.int32)
-            lag = jnp.where(start, jnp.clip(new_lag, self.min_lag, t), lag)
-            copying = start | (remaining > 0)
-            src = jnp.take_along_axis(buf, jnp.clip(t - lag, 0, n - 1)[:, None], axis=1)[:, 0]
-            tok = jnp.where(copying, src, markov).astype(jnp.int32)
-            remaining = jnp.where(start, self.span_length - 1, jnp.maximum(remaining - 1, 0))
-            buf = jax.lax.dynamic_update_slice(buf, tok[:, None], (jnp.int32(0), t))
-            return (buf, tok, remaining.astype(jnp.int32), lag), None
-
-        ts = jnp.arange(1, n, dtype=jnp.int32)
-        (seq, _, _, _), _ = jax.lax.scan(
-            step, (buf, first, zeros, zeros), (ts, u_markov[1:], u_copy[1:], u_lag[1:])
-        )
-        return finish(seq, jnp.ones((1, length), bool))
+        return sample(self, key, batch_size, length, operands)

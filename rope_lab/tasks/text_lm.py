@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import jax
 import numpy as np
 
 from rope_lab.registry import TASKS
@@ -15,14 +14,15 @@ from rope_lab.tasks.base import Batch, Operands, Task, TaskParams, check_float, 
 from rope_lab.tasks.corpora import builtin_text, is_builtin
 from rope_lab.tasks.windows import (  # re-exported: the text protocols' home is windows.py
     TEXT_PROTOCOLS,
-    sample_windows,
     text_windows,
     window_count,
     window_step,
 )
 
+if TYPE_CHECKING:
+    import jax
+
 _TEXT_CACHE: dict[tuple[str, int, int], np.ndarray] = {}
-_TEXT_DEVICE: dict[tuple[str, int, int, float, str], jax.Array] = {}
 
 
 def _text_key(path: str) -> tuple[str, int, int]:
@@ -182,23 +182,18 @@ class TextLMTask(TextLMParams, Task):
         """The split's bytes as one device array, cached per file and split. Made with
         ``ensure_compile_time_eval``, so a first call inside a trace still caches a concrete
         array, never a tracer."""
+        from rope_lab.tasks.sampling import on_device  # deferred: imports JAX
+
         check_split(split)
         where = (self.eval_path,) if self.eval_path is None else _text_key(self.eval_path)
-        key = (*_text_key(self.path), *where, self.eval_fraction, split)
-        if key not in _TEXT_DEVICE:
-            with jax.ensure_compile_time_eval():
-                _TEXT_DEVICE[key] = jax.device_put(self.split_bytes(split))
-        return (_TEXT_DEVICE[key],)
+        key = ("lm_text", *_text_key(self.path), *where, self.eval_fraction, split)
+        return (on_device(key, lambda: self.split_bytes(split)),)
 
     def _sample(self, key: jax.Array, batch_size: int, length: int, operands: Operands) -> Batch:
-        (data,) = operands
-        n = length + 1
-        if data.shape[0] < n:
-            raise ValueError(
-                f"lm_text: {data.shape[0]} bytes of path={self.path!r} are too few for "
-                f"length={length} (need {n})"
-            )
-        return sample_windows(key, data, batch_size, length)
+        """The batch, drawn in JAX (`rope_lab.tasks.sampling.text_lm`)."""
+        from rope_lab.tasks.sampling.text_lm import sample  # deferred: imports JAX
+
+        return sample(self, key, batch_size, length, operands)
 
 
 __all__ = [

@@ -5,22 +5,22 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from rope_lab.corpus.meta import open_split, read_meta, token_bytes
 from rope_lab.registry import TASKS
 from rope_lab.roles import identity
-from rope_lab.tasks.base import Batch, Operands, Task, TaskParams, check_split, finish
-from rope_lab.tasks.windows import gather_windows, host_window_starts, sample_windows
+from rope_lab.tasks.base import Batch, Operands, Task, TaskParams, check_split
+from rope_lab.tasks.windows import gather_windows, host_window_starts
+
+if TYPE_CHECKING:
+    import jax
 
 # Above this many tokens `operands("train")` (a device copy of the whole split, for tests and
 # small corpora) is refused; training never asks for it (`host_batch`).
 DEVICE_COPY_TOKENS = 1 << 26
-_DEVICE: dict[tuple[str, int, int, str], jax.Array] = {}
 
 
 @TASKS.register("lm_tokens")
@@ -114,12 +114,11 @@ class TokenLMTask(TokenLMParams, Task):
                 f"lm_tokens: the train split of {self.path} has {data.size} tokens, too many to "
                 f"copy to the device (> {DEVICE_COPY_TOKENS}); training reads it by host_batch"
             )
+        from rope_lab.tasks.sampling import on_device  # deferred: imports JAX
+
         st = os.stat(str(data.filename))
-        key = (str(data.filename), st.st_ino, st.st_mtime_ns, split)
-        if key not in _DEVICE:
-            with jax.ensure_compile_time_eval():
-                _DEVICE[key] = jax.device_put(np.asarray(data))
-        return (_DEVICE[key],)
+        key = ("lm_tokens", str(data.filename), st.st_ino, st.st_mtime_ns, split)
+        return (on_device(key, lambda: np.asarray(data)),)
 
     def host_batch(
         self, batch_size: int, length: int, *, seed: int, step: int
@@ -135,17 +134,7 @@ class TokenLMTask(TokenLMParams, Task):
         return token_bytes(self.path)
 
     def _sample(self, key: jax.Array, batch_size: int, length: int, operands: Operands) -> Batch:
-        (data,) = operands
-        if data.ndim == 2:  # windows gathered on the host (host_batch)
-            if data.shape != (batch_size, length + 1):
-                raise ValueError(
-                    f"lm_tokens: host windows of shape {data.shape}, expected "
-                    f"({batch_size}, {length + 1})"
-                )
-            return finish(data, jnp.ones((1, length), bool))
-        if data.shape[0] < length + 1:
-            raise ValueError(
-                f"lm_tokens: {data.shape[0]} tokens of {self.path} are too few for "
-                f"length={length} (need {length + 1})"
-            )
-        return sample_windows(key, data, batch_size, length)
+        """The batch, drawn in JAX (`rope_lab.tasks.sampling.token_lm`)."""
+        from rope_lab.tasks.sampling.token_lm import sample  # deferred: imports JAX
+
+        return sample(self, key, batch_size, length, operands)

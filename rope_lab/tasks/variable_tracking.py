@@ -3,12 +3,8 @@ haystack; the answer is every variable bound to the asked value."""
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
-from typing import ClassVar
-
-import jax
-import jax.numpy as jnp
+from typing import TYPE_CHECKING, ClassVar
 
 from rope_lab.registry import TASKS
 from rope_lab.roles import identity
@@ -20,9 +16,10 @@ from rope_lab.tasks.base import (
     TaskParams,
     check_int,
     check_split,
-    finish,
-    random_bits,
 )
+
+if TYPE_CHECKING:
+    import jax
 
 
 @TASKS.register("variable_tracking")
@@ -130,50 +127,13 @@ class VariableTrackingTask(hs.MarkedLayout, VariableTrackingParams, Task):
 
     def operands(self, split: str = "train") -> Operands:
         """The haystack text on the device (the same for both splits), none for noise."""
+        from rope_lab.tasks.sampling.haystack import text_operand  # deferred: imports JAX
+
         check_split(split)
-        return () if hs.is_noise(self.haystack) else (hs.text_operand(self.haystack),)
+        return () if hs.is_noise(self.haystack) else (text_operand(self.haystack),)
 
     def _sample(self, key: jax.Array, batch_size: int, length: int, operands: Operands) -> Batch:
-        c_all, k = self.num_chains, self.num_hops
-        n_items = c_all * k
-        n_fill = self.filler_length(length)
-        k_fill, k_rest = jax.random.split(key)
-        sizes = (self.var_vocab, self.value_vocab, n_items, n_items)
-        bits = random_bits(k_rest, (batch_size, sum(sizes)))
-        b_var, b_val, b_order, b_place = (
-            bits[:, a:b] for a, b in itertools.pairwise((0, *itertools.accumulate(sizes)))
-        )
-        names = jnp.argsort(b_var, axis=1)[:, :n_items].astype(jnp.int32) + self.var_start
-        names = names.reshape(batch_size, c_all, k)  # names[c, i]: chain c's i-th variable
-        values = jnp.argsort(b_val, axis=1)[:, :c_all].astype(jnp.int32) + self.value_start
-        # chains interleaved at random; a chain's i-th statement is its i-th appearance
-        chain = jnp.argsort(b_order, axis=1).astype(jnp.int32) // k  # (B, C k)
-        same = chain[:, :, None] == chain[:, None, :]
-        earlier = jnp.tril(jnp.ones((n_items, n_items), bool), -1)
-        hop = jnp.sum(same & earlier[None], axis=2).astype(jnp.int32)
-        rows = jnp.arange(batch_size)[:, None]
-        target = names[rows, chain, hop]
-        source = jnp.where(
-            hop == 0,
-            jnp.take_along_axis(values, chain, axis=1),
-            names[rows, chain, jnp.maximum(hop - 1, 0)],
-        )
-        marker = jnp.full_like(target, self.VAR)
-        contents = jnp.stack([marker, target, source], axis=2).reshape(batch_size, 3 * n_items)
-        offsets = hs.random_offsets(b_place, n_fill)
-        lengths = jnp.full((batch_size, n_items), 3, jnp.int32)
-        text = operands[0] if operands else None
-        fill = hs.filler(k_fill, batch_size, n_fill, self.filler_start, self.vocab_size, text)
-        hay = hs.insert(fill, offsets, lengths, contents)
-        seq = jnp.concatenate(
-            [
-                hay,
-                jnp.full((batch_size, 1), self.QUERY, jnp.int32),
-                values[:, :1],
-                jnp.full((batch_size, 1), self.ANSWER, jnp.int32),
-                names[:, 0],
-            ],
-            axis=1,
-        )
-        mask = jnp.arange(length) >= length - k
-        return finish(seq, mask[None, :])
+        """The batch, drawn in JAX (`rope_lab.tasks.sampling.variable_tracking`)."""
+        from rope_lab.tasks.sampling.variable_tracking import sample  # deferred: imports JAX
+
+        return sample(self, key, batch_size, length, operands)

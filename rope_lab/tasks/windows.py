@@ -3,8 +3,9 @@
 A window of length L is L + 1 consecutive tokens (inputs and their shifted targets). Three ways
 to take them, one implementation each:
 
-- :func:`sample_windows`: B uniformly random windows of a device array, from a JAX key (inside
-  a jitted sampler; ``lm_text`` training, and every random evaluation batch).
+- ``sample_windows`` (`tasks/sampling/windows.py`, JAX): B uniformly random windows of a device
+  array, from a JAX key (inside a jitted sampler; ``lm_text`` training, and every random
+  evaluation batch).
 - :func:`host_window_starts` and :func:`gather_windows`: B random windows of a host array
   (e.g. an ``np.memmap`` of a token file), whose starts are a function of (seed, step) only, so
   a resumed run reads exactly the windows it would have read (``lm_tokens`` training).
@@ -14,22 +15,9 @@ to take them, one implementation each:
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-from rope_lab.tasks.base import Batch, finish, randint, random_bits
-
 TEXT_PROTOCOLS = ("random", "nonoverlapping", "sliding")
-
-
-def sample_windows(key: jax.Array, data: jax.Array, batch_size: int, length: int) -> Batch:
-    """B windows of ``data`` (n,) at uniform random starts drawn from ``key``: a (B, L)
-    :class:`Batch`, every position scored. Needs n >= L + 1 (checked by the caller)."""
-    n = length + 1
-    starts = randint(random_bits(key, (batch_size,)), 0, data.shape[0] - n + 1)
-    idx = starts[:, None] + jnp.arange(n, dtype=jnp.int32)[None, :]
-    return finish(data[idx], jnp.ones((1, length), bool))
 
 
 def host_window_starts(seed: int, step: int, batch_size: int, n_starts: int) -> np.ndarray:

@@ -30,15 +30,16 @@ import numpy as np
 from rope_lab.config import ANY_PROTOCOL, TrialConfig, freeze, thaw
 from rope_lab.model.decode import generate
 from rope_lab.model.decode_padded import PROGRAMS, generate_padded, step_encodings
-from rope_lab.model.transformer import (
-    Transformer,
-    log_length_temperature,
-    with_scaling,
-    with_temperature,
-)
+from rope_lab.model.transformer import Transformer, with_scaling, with_temperature
 from rope_lab.registry import SCALINGS
 from rope_lab.tasks import Task
-from rope_lab.trial.scaling_plan import NO_SCALING, TEMPERATURE, Scaling, scalings_for
+from rope_lab.trial.scaling_plan import (
+    NO_SCALING,
+    TEMPERATURE,
+    Scaling,
+    log_length_temperature,
+    scalings_for,
+)
 
 DECODE: Final = "decode"  # the eval table's `mode` of decoded rows (teacher forcing: null)
 

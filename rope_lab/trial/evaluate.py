@@ -33,13 +33,8 @@ from jaxtyping import Array, Int
 
 from rope_lab.config import TrialConfig, thaw
 from rope_lab.model.memory import sequences_per_forward
-from rope_lab.model.positions import batch_positions
-from rope_lab.model.transformer import (
-    Transformer,
-    log_length_temperature,
-    with_scaling,
-    with_temperature,
-)
+from rope_lab.model.positions.modules import batch_positions
+from rope_lab.model.transformer import Transformer, with_scaling, with_temperature
 from rope_lab.runtime.xla_options import FEW_CALLS
 from rope_lab.tasks import Batch, Task
 from rope_lab.tasks.text_lm import text_windows
@@ -49,6 +44,7 @@ from rope_lab.trial.scaling_plan import (
     NO_SCALING,
     TEMPERATURE,
     Scaling,
+    log_length_temperature,
     position_sets,
     scalings_for,
 )

@@ -10,6 +10,7 @@ importing the model.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from rope_lab.config import TrialConfig
@@ -109,3 +110,11 @@ def fine_tuned(cfg: TrialConfig, scaling: Scaling) -> bool:
 def finetune_scalings(cfg: TrialConfig) -> list[Scaling]:
     """The stages' scalings fine-tuned at factor x L_train (see `fine_tuned`)."""
     return [s for s in scalings_for(cfg)[1:] if fine_tuned(cfg, s)]
+
+
+def log_length_temperature(length: int, train_length: int) -> float:
+    """max(1, log L / log L_train): the logit multiplier of `TEMPERATURE` at length L, which keeps
+    attention entropy roughly constant past the training length (1 at and below it)."""
+    if length <= train_length or train_length < 2:
+        return 1.0
+    return math.log(length) / math.log(train_length)

@@ -27,8 +27,8 @@ from jax.sharding import Mesh
 from rope_lab.config import TrainConfig, TrialConfig
 from rope_lab.hooks import Hook, StepState
 from rope_lab.model.factory import make_model
-from rope_lab.model.positions import batch_positions
-from rope_lab.model.positions.pose import pose_batch_positions
+from rope_lab.model.positions.modules import batch_positions
+from rope_lab.model.positions.modules.pose import pose_batch_positions
 from rope_lab.model.transformer import Transformer, trainable
 from rope_lab.tasks import Task, task_from_config
 from rope_lab.trial.objective import masked_loss, token_losses
@@ -93,7 +93,7 @@ def train_step_body(
     `train.shard_params` (see `rope_lab.trial.parallel`).
     `metrics` holds scalar `loss` and `grad_norm`. `rope_lab.trial.ensemble` vmaps this body.
     With `pose` and `train.pose_target_length` set, positions are PoSE's
-    (`rope_lab.model.positions.pose`), else `batch_positions`'s.
+    (`rope_lab.model.positions.modules.pose`), else `batch_positions`'s.
     """
     batch_size = cfg.train.batch_size
     use_pose = pose and cfg.train.pose_target_length is not None

@@ -1,6 +1,6 @@
-"""Loading a run directory, labelling its curves and querying it never import JAX (or the
-encoding and task registries, which do): trials rows carry what analysis needs to know of their
-variants (`results.columns.variant_columns`)."""
+"""Loading a run directory, labelling its curves and querying it never import JAX, nor even the
+encoding and task registries: trials rows carry what analysis needs to know of their variants
+(`results.columns.variant_columns`). The driver side is tests/test_jax_free.py."""
 
 import json
 import subprocess

@@ -15,7 +15,8 @@ import yaml
 
 from rope_lab.cli import main
 from rope_lab.config import LayerConfig, replace, validate
-from rope_lab.hf import CheckpointError, from_hf
+from rope_lab.hf import CheckpointError
+from rope_lab.hf.weights import from_hf
 from rope_lab.model.transformer import at_length, trainable
 from rope_lab.trial.checkpoint import save_model
 from rope_lab.trial.pipeline import CONFIG_FILE, MODEL_FILE
@@ -152,7 +153,7 @@ def test_load_model_reads_a_trial_folder(tmp_path):
 def test_export_refuses_what_hugging_face_cannot_express(tmp_path, kind, changes, match, capsys):
     trial_dir, _ = _trial_dir(tmp_path, kind, **changes)
     with pytest.raises(CheckpointError, match=match):
-        from rope_lab.hf import save_hf
+        from rope_lab.hf.weights import save_hf
 
         save_hf(load_model(trial_dir), tmp_path / "hf", vocab_size=40)
     assert main(["export", str(trial_dir), "--hf", str(tmp_path / "hf")]) == 1

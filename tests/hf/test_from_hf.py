@@ -12,7 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rope_lab.hf import CheckpointError, from_hf, read_config
+from rope_lab.hf import CheckpointError, read_config
+from rope_lab.hf.weights import from_hf
 from rope_lab.model.decode import generate
 from rope_lab.model.transformer import at_length
 from tests.hf.conftest import FAMILIES, LENGTHS, ORIGINAL, ROPE_TYPES, VOCAB, hf_logits

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from rope_lab.config import ConfigError, from_dict, load_trial, replace, validate
-from rope_lab.hf import from_hf, read_config
+from rope_lab.hf import read_config
+from rope_lab.hf.weights import from_hf
 from rope_lab.model.factory import make_model
 from rope_lab.typed import to_dict
 from tests.helpers import tiny_trial

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rope_lab.model import rope
+from rope_lab.model import rope, rotation
 from rope_lab.registry import SCALINGS
 from tests.model.scalings.test_registry import EXAMPLE_PARAMS
 
@@ -482,7 +482,7 @@ def test_apply_matches_hf_golden(case: dict[str, Any]) -> None:
     np.testing.assert_allclose(inv, np.float32(case["inv_freq"]), rtol=1e-6)
     assert att == pytest.approx(case["attention_factor"], rel=1e-12)
     x = jnp.asarray(case["x"], dtype=jnp.float32)
-    out = rope.apply_rotary(x, jnp.asarray(case["positions"]), inv, att)
+    out = rotation.apply_rotary(x, jnp.asarray(case["positions"]), inv, att)
     np.testing.assert_allclose(np.asarray(out), np.asarray(case["out"]), rtol=1e-5, atol=1e-5)
 
 
@@ -501,7 +501,7 @@ def ref_rotate(x: np.ndarray, positions: np.ndarray, inv: np.ndarray, att: float
 
 def test_rotate_half() -> None:
     x = jnp.arange(1.0, 7.0)
-    np.testing.assert_array_equal(rope.rotate_half(x), [-4.0, -5.0, -6.0, 1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(rotation.rotate_half(x), [-4.0, -5.0, -6.0, 1.0, 2.0, 3.0])
 
 
 @pytest.mark.parametrize("batch", [(), (2,), (2, 3)])
@@ -510,7 +510,7 @@ def test_apply_matches_complex_rotation(batch: tuple[int, ...]) -> None:
     x = rng.normal(size=(*batch, 7, 3, 20)).astype(np.float32)
     positions = rng.uniform(0, 300, size=(*batch, 7)).astype(np.float32)
     inv, att = rope.inv_freq("yarn", 16, factor=4.0, original_length=64)
-    out = rope.apply_rotary(jnp.asarray(x), jnp.asarray(positions), inv, att)
+    out = rotation.apply_rotary(jnp.asarray(x), jnp.asarray(positions), inv, att)
     assert out.shape == x.shape and out.dtype == jnp.float32
     np.testing.assert_allclose(np.asarray(out), ref_rotate(x, positions, inv, att), atol=2e-4)
 
@@ -520,9 +520,11 @@ def test_apply_shared_positions_broadcast_over_batch() -> None:
     x = jnp.asarray(rng.normal(size=(4, 5, 2, 8)), dtype=jnp.float32)
     positions = jnp.arange(5) * 7
     inv, _ = rope.inv_freq("default", 8)
-    out = rope.apply_rotary(x, positions, inv, 1.0)
+    out = rotation.apply_rotary(x, positions, inv, 1.0)
     for b in range(4):
-        np.testing.assert_allclose(out[b], rope.apply_rotary(x[b], positions, inv, 1.0), atol=1e-6)
+        np.testing.assert_allclose(
+            out[b], rotation.apply_rotary(x[b], positions, inv, 1.0), atol=1e-6
+        )
 
 
 def test_norm_preserved_and_scaled() -> None:
@@ -530,11 +532,11 @@ def test_norm_preserved_and_scaled() -> None:
     x = jnp.asarray(rng.normal(size=(2, 9, 4, 32)), dtype=jnp.float32)
     positions = jnp.asarray(rng.integers(0, 10_000, size=(2, 9)))
     inv, _ = rope.inv_freq("default", 32)
-    out = rope.apply_rotary(x, positions, inv, 1.0)
+    out = rotation.apply_rotary(x, positions, inv, 1.0)
     np.testing.assert_allclose(
         jnp.linalg.norm(out, axis=-1), jnp.linalg.norm(x, axis=-1), rtol=1e-5
     )
-    scaled = rope.apply_rotary(x, positions, inv, 1.5)
+    scaled = rotation.apply_rotary(x, positions, inv, 1.5)
     np.testing.assert_allclose(scaled, 1.5 * out, rtol=1e-5, atol=1e-6)
 
 
@@ -542,7 +544,7 @@ def test_partial_rotary_leaves_tail_untouched() -> None:
     rng = np.random.default_rng(3)
     x = jnp.asarray(rng.normal(size=(6, 2, 24)), dtype=jnp.float32)
     inv, _ = rope.inv_freq("linear", 16, factor=2.0)
-    out = rope.apply_rotary(x, jnp.arange(6) + 100, inv, 2.0)
+    out = rotation.apply_rotary(x, jnp.arange(6) + 100, inv, 2.0)
     np.testing.assert_array_equal(out[..., 16:], x[..., 16:])
     assert not np.allclose(out[..., :16], x[..., :16])
     np.testing.assert_allclose(
@@ -550,7 +552,7 @@ def test_partial_rotary_leaves_tail_untouched() -> None:
         2.0 * jnp.linalg.norm(x[..., :16], axis=-1),
         rtol=1e-5,
     )
-    np.testing.assert_array_equal(rope.apply_rotary(x, jnp.zeros(6), inv, 1.0), x)
+    np.testing.assert_array_equal(rotation.apply_rotary(x, jnp.zeros(6), inv, 1.0), x)
 
 
 @given(
@@ -570,8 +572,8 @@ def test_dot_product_depends_only_on_offset(seed, m, n, shift, kind) -> None:
     inv, att = rope.inv_freq(kind, 16, factor=4.0, original_length=64)
 
     def dot(a: int, b: int) -> float:
-        qa = rope.apply_rotary(jnp.asarray(q), jnp.asarray([a]), inv, att)
-        kb = rope.apply_rotary(jnp.asarray(k), jnp.asarray([b]), inv, att)
+        qa = rotation.apply_rotary(jnp.asarray(q), jnp.asarray([a]), inv, att)
+        kb = rotation.apply_rotary(jnp.asarray(k), jnp.asarray([b]), inv, att)
         return float(jnp.sum(qa * kb))
 
     scale = float(np.linalg.norm(q) * np.linalg.norm(k)) * att**2
@@ -583,10 +585,10 @@ def test_jit_with_traced_frequencies_and_dtypes() -> None:
     x = jnp.asarray(rng.normal(size=(5, 2, 12)), dtype=jnp.float32)
     positions = jnp.arange(5)
     inv, att = rope.inv_freq("yarn", 8, factor=4.0, original_length=16)
-    eager = rope.apply_rotary(x, positions, inv, att)
-    jitted = jax.jit(rope.apply_rotary)(x, positions, jnp.asarray(inv), jnp.asarray(att))
+    eager = rotation.apply_rotary(x, positions, inv, att)
+    jitted = jax.jit(rotation.apply_rotary)(x, positions, jnp.asarray(inv), jnp.asarray(att))
     np.testing.assert_allclose(jitted, eager, rtol=1e-6, atol=1e-6)
-    half = rope.apply_rotary(x.astype(jnp.bfloat16), positions.astype(jnp.float32), inv, att)
+    half = rotation.apply_rotary(x.astype(jnp.bfloat16), positions.astype(jnp.float32), inv, att)
     assert half.dtype == jnp.bfloat16
     np.testing.assert_allclose(np.asarray(half, dtype=np.float32), eager, rtol=2e-2, atol=2e-2)
 
@@ -594,7 +596,7 @@ def test_jit_with_traced_frequencies_and_dtypes() -> None:
 def test_apply_rejects_too_many_frequencies() -> None:
     inv, _ = rope.inv_freq("default", 16)
     with pytest.raises(ValueError, match="rotates 16 dims"):
-        rope.apply_rotary(jnp.zeros((3, 1, 8)), jnp.arange(3), inv, 1.0)
+        rotation.apply_rotary(jnp.zeros((3, 1, 8)), jnp.arange(3), inv, 1.0)
 
 
 # ----------------------------------------------------------------------------- validation

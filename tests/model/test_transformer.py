@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from rope_lab.config import replace
 from rope_lab.model import attention, memory
 from rope_lab.model.memory import causal_blocks
-from rope_lab.model.positions import Frozen
+from rope_lab.model.positions.modules import Frozen
 from rope_lab.model.transformer import count_params, trainable, with_scaling
 from rope_lab.registry import POSITIONS, SCALINGS
 from rope_lab.trial.optimizer import decay_mask, lr_multipliers

@@ -28,15 +28,11 @@ from rope_lab.config import (
     to_dict,
     validate,
 )
-from rope_lab.model.positions import NoPE
-from rope_lab.model.transformer import (
-    count_params,
-    log_length_temperature,
-    with_scaling,
-    with_temperature,
-)
+from rope_lab.model.positions.modules import NoPE
+from rope_lab.model.transformer import count_params, with_scaling, with_temperature
 from rope_lab.ntk.kernels import param_group
 from rope_lab.sweep.plan import estimate_cost
+from rope_lab.trial.scaling_plan import log_length_temperature
 from rope_lab.trial.train import make_model
 from tests.helpers import ntk_against_jacrev, tiny_trial
 

@@ -49,8 +49,16 @@ MODULES = {
         f"rope_lab/model/scalings/{m}.py": _SCALING_TESTS
         for m in ("base", "yarn", "ntk_by_parts", "dynamic_yarn", "llama3", "longrope")
     },
-    **{f"rope_lab/model/positions/{m}.py": _POSITION_TESTS for m in ("alibi", "rotary", "learned")},
-    "rope_lab/model/positions/kerple.py": ("tests/model/positions/test_kerple.py",),
+    "rope_lab/model/rotation.py": _POSITION_TESTS,
+    **{
+        f"rope_lab/model/positions/{where}{m}.py": _POSITION_TESTS
+        for m in ("alibi", "rotary", "learned")
+        for where in ("", "modules/")
+    },
+    **{
+        f"rope_lab/model/positions/{where}kerple.py": ("tests/model/positions/test_kerple.py",)
+        for where in ("", "modules/")
+    },
     "rope_lab/trial/train.py": ("tests/trial/test_train.py",),
     "rope_lab/trial/optimizer.py": ("tests/trial/test_train.py", "tests/model/test_transformer.py"),
     "rope_lab/trial/objective.py": ("tests/trial/test_objective.py", "tests/trial/test_train.py"),

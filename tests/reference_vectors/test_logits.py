@@ -15,7 +15,7 @@ from tests.reference_vectors.conftest import frequency_methods, read_table
 
 
 def test_logits_reload_and_equal_a_fresh_forward_of_the_saved_model(written):
-    from rope_lab.hf import from_hf
+    from rope_lab.hf.weights import from_hf
 
     model = from_hf(written / "model")
     logits = read_table(written, "logits")

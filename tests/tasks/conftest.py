@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from rope_lab.tasks import sample_batch
+from rope_lab.tasks.sampling import sample_batch
 from tests.tasks.common import BATCH, LENGTHS, all_tasks, as_numpy
 
 

@@ -10,7 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rope_lab.tasks import Task, sample_batch
+from rope_lab.tasks import Task
+from rope_lab.tasks.sampling import sample_batch
 from rope_lab.trial.evaluate import _sums
 
 

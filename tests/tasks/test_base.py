@@ -13,8 +13,8 @@ import pytest
 from rope_lab.tasks import (
     TASKS,
     make_task,
-    sample_batch,
 )
+from rope_lab.tasks.sampling import sample_batch
 from tests.tasks.common import BATCH, LENGTHS, as_numpy, task_module
 
 

@@ -6,8 +6,9 @@ import jax
 import numpy as np
 import pytest
 
-from rope_lab.tasks import make_task, sample_batch
+from rope_lab.tasks import make_task
 from rope_lab.tasks.corpora import builtin_text, is_builtin
+from rope_lab.tasks.sampling import sample_batch
 from tests.tasks.common import as_numpy
 
 

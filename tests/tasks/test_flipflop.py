@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from rope_lab.tasks import (
     FlipFlopTask,
     make_task,
-    sample_batch,
 )
+from rope_lab.tasks.sampling import sample_batch
 from tests.tasks.common import BATCH, FAST, LENGTH, SEED, SLOW, as_numpy
 
 # What the shared task tests read of this task (tests/tasks/common.py, `task_module`).

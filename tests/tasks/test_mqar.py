@@ -11,8 +11,8 @@ import pytest
 from rope_lab.tasks import (
     MQARTask,
     make_task,
-    sample_batch,
 )
+from rope_lab.tasks.sampling import sample_batch
 from tests.tasks.common import BATCH, as_numpy
 
 # What the shared task tests read of this task (tests/tasks/common.py, `task_module`).

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from rope_lab.tasks import (
     TextLMTask,
     make_task,
-    sample_batch,
     text_split_bounds,
 )
+from rope_lab.tasks.sampling import sample_batch
 from tests.tasks.common import BATCH, as_numpy
 
 # What the shared task tests read of this task (tests/tasks/common.py, `task_module`).

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from rope_lab.corpus.prepare import write_ids
-from rope_lab.tasks import make_task, sample_batch
+from rope_lab.tasks import make_task
+from rope_lab.tasks.sampling import sample_batch
 from tests.tasks.common import as_numpy
 
 PARAMS = {"path": (str, dataclasses.MISSING)}

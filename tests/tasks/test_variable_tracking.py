@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rope_lab.tasks import make_task, sample_batch
+from rope_lab.tasks import make_task
+from rope_lab.tasks.sampling import sample_batch
 from rope_lab.tasks.variable_tracking import VariableTrackingTask
 from tests.tasks.common import FAST, as_numpy
 from tests.tasks.scoring import guesser, oracle, scores

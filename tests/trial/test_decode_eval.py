@@ -10,7 +10,8 @@ import pytest
 from rope_lab.config import ConfigError, replace, validate
 from rope_lab.model.factory import make_model
 from rope_lab.registry import TASKS
-from rope_lab.tasks import sample_batch, task_from_config
+from rope_lab.tasks import task_from_config
+from rope_lab.tasks.sampling import sample_batch
 from rope_lab.trial.decode_eval import (
     DECODE,
     answer_length,

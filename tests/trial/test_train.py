@@ -189,7 +189,7 @@ def test_optimizer_update_is_clipped_adam_with_decay_mup_and_the_schedule():
 @pytest.mark.parametrize("kind", ["rope", pytest.param("learned", marks=pytest.mark.slow)])
 def test_randomized_positions_train_and_evaluate(kind):
     from rope_lab.config import validate
-    from rope_lab.model.positions import batch_positions
+    from rope_lab.model.positions.modules import batch_positions
     from rope_lab.tasks import task_from_config
     from rope_lab.trial.evaluate import evaluate_model
 
@@ -211,7 +211,7 @@ def test_randomized_positions_train_and_evaluate(kind):
 def test_factories_stay_importable_from_train_under_their_old_names():
     from rope_lab import tasks
     from rope_lab.model import factory as model_factory
-    from rope_lab.model import positions
+    from rope_lab.model.positions import modules as positions
     from rope_lab.trial import objective
     from rope_lab.trial import train as train_module
 

@@ -33,7 +33,7 @@ class CNNConfig(FamilyConfig):
 
     def build(self, model, vocab_size, *, train_length, max_length, key):
         """A `CNN` (`rope_lab.model.cnn.init_cnn`)."""
-        from rope_lab.model.cnn import init_cnn
+        from rope_lab.model.cnn import init_cnn  # deferred: imports JAX
 
         return init_cnn(model, vocab_size, train_length=train_length, key=key)
 

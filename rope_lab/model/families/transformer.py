@@ -20,7 +20,7 @@ class TransformerFamily(FamilyConfig):
 
     def build(self, model, vocab_size, *, train_length, max_length, key):
         """A `Transformer` (a learned table gets `max_length` rows)."""
-        from rope_lab.model.transformer import Transformer
+        from rope_lab.model.transformer import Transformer  # deferred: imports JAX
 
         return Transformer(
             model, vocab_size, train_length=train_length, max_length=max_length, key=key

@@ -1,9 +1,11 @@
-"""Position encodings, one module per family, each registered in `registry.POSITIONS`.
+"""Position encodings, one config module per family, each registered in `registry.POSITIONS`.
 
-`base` defines the hooks (`embed`, `rotate`, `bias`) and the typed config every family
-subclasses; `randomized` holds randomised positions, which any encoding can train with. Every
-other module of this package is imported here (the core ones first, in their legend order), so
-a new encoding is one new module: it registers itself.
+`base` defines the typed config every family subclasses; `randomized` checks randomised
+positions, which any encoding can train with. Every other module of this package is imported
+here (the core ones first, in their legend order), so a new encoding is one new config module
+(it registers itself) and its module in `modules`. These modules import no JAX: each config's
+`build` imports its Equinox module from the subpackage `modules` (the hooks, the position
+draws, PoSE, the remaps) when it builds.
 """
 
 from __future__ import annotations
@@ -12,28 +14,27 @@ import importlib
 import pkgutil
 from typing import TYPE_CHECKING
 
-from jaxtyping import PRNGKeyArray
-
-from rope_lab.model.positions.alibi import ALiBi, AlibiConfig, alibi_slopes
-from rope_lab.model.positions.base import EncodingConfig, Frozen, PositionEncoding
-from rope_lab.model.positions.learned import LearnedConfig, LearnedPE
-from rope_lab.model.positions.none import NoPE, NoPEConfig
-from rope_lab.model.positions.randomized import batch_positions, random_positions
+from rope_lab.model.positions.alibi import AlibiConfig, alibi_slopes
+from rope_lab.model.positions.base import EncodingConfig
+from rope_lab.model.positions.learned import LearnedConfig
+from rope_lab.model.positions.none import NoPEConfig
 from rope_lab.model.positions.rotary import (
     RopeConfig,
     RotaryConfig,
-    RotaryPE,
     rope_frequencies,
     rotary_dim_of,
-    with_rope_scaling,
 )
-from rope_lab.model.positions.sinusoidal import SinusoidalConfig, SinusoidalPE
+from rope_lab.model.positions.sinusoidal import SinusoidalConfig
 
 if TYPE_CHECKING:
+    from jaxtyping import PRNGKeyArray
+
     from rope_lab.config import ModelConfig
+    from rope_lab.model.positions.modules.base import PositionEncoding
 
 for _module in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_module.name}")
+    if not _module.ispkg:  # `modules`, the JAX side, is imported when an encoding is built
+        importlib.import_module(f"{__name__}.{_module.name}")
 
 
 def make_position_encoding(
@@ -46,25 +47,15 @@ def make_position_encoding(
 
 
 __all__ = [
-    "ALiBi",
     "AlibiConfig",
     "EncodingConfig",
-    "Frozen",
     "LearnedConfig",
-    "LearnedPE",
-    "NoPE",
     "NoPEConfig",
-    "PositionEncoding",
     "RopeConfig",
     "RotaryConfig",
-    "RotaryPE",
     "SinusoidalConfig",
-    "SinusoidalPE",
     "alibi_slopes",
-    "batch_positions",
     "make_position_encoding",
-    "random_positions",
     "rope_frequencies",
     "rotary_dim_of",
-    "with_rope_scaling",
 ]

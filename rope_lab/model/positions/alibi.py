@@ -1,30 +1,19 @@
-"""ALiBi (Press et al. 2022): a fixed linear distance penalty per head on the attention logits."""
+"""ALiBi (Press et al. 2022): a fixed linear distance penalty per head on the attention logits.
+The config and the head slopes (NumPy); the bias's module is `modules/alibi.py`."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
 
-from rope_lab.model.positions.base import EncodingConfig, Frozen, PositionEncoding
+from rope_lab.model.positions.base import EncodingConfig
 from rope_lab.registry import POSITIONS
 
-
-class ALiBi(PositionEncoding):
-    """logit(i, j) -= slope_h * (p_i - p_j)."""
-
-    slopes: Frozen
-
-    def __init__(self, heads: int):
-        self.slopes = Frozen(jnp.asarray(alibi_slopes(heads), jnp.float32))
-
-    def bias(self, q_positions: Array, k_positions: Array) -> Float[Array, "H Lq Lk"]:
-        """(H, Lq, Lk) bias from the distance between query (Lq,) and key (Lk,) positions."""
-        distance = q_positions.astype(jnp.float32)[:, None] - k_positions.astype(jnp.float32)[None]
-        return -self.slopes.get()[:, None, None] * distance[None]
+if TYPE_CHECKING:
+    from rope_lab.model.positions.modules.alibi import ALiBi
 
 
 def alibi_slopes(heads: int) -> np.ndarray:
@@ -56,4 +45,6 @@ class AlibiConfig(EncodingConfig):
 
     def build(self, model, *, max_length, train_length, key) -> ALiBi:
         """Slopes for `model.n_heads` heads."""
+        from rope_lab.model.positions.modules.alibi import ALiBi  # deferred: imports JAX
+
         return ALiBi(model.n_heads)

@@ -25,60 +25,23 @@ as an argument and the reference repository defaults to the block size + 1 (set
 The term needs each query's whole row of gates, so CoPE runs on the reference attention path
 only (`model.attention`: auto or reference; `contextual_bias` hook): each query block against
 its whole causal key prefix, so memory is quadratic in L at every length (a few (H, Lq, L)
-arrays per block), where the blocked kernel would be linear.
+arrays per block), where the blocked kernel would be linear. This module is the config; the
+gated counts and the module `CoPE` are `modules/cope.py`.
 """
 
 from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import jax
-import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float
-
-from rope_lab.model.positions.base import EncodingConfig, PositionEncoding
+from rope_lab.model.positions.base import EncodingConfig
 from rope_lab.registry import POSITIONS
 from rope_lab.roles import identity
 from rope_lab.typed import ConfigError
 
-
-def contextual_positions(
-    logits: Float[Array, "H Lq Lk"], visible: Bool[Array, "Lq Lk"], npos_max: int
-) -> Float[Array, "H Lq Lk"]:
-    """(H, Lq, Lk): p_ij = min(sum_{t >= j, visible} sigmoid(logits_it), npos_max - 1)."""
-    gates = jnp.where(visible[None], jax.nn.sigmoid(logits), 0.0)
-    return jnp.minimum(jax.lax.cumsum(gates, axis=2, reverse=True), float(npos_max - 1))
-
-
-def interpolate(z: Float[Array, "H Lq P"], p: Float[Array, "H Lq Lk"]) -> Float[Array, "H Lq Lk"]:
-    """(H, Lq, Lk): (1 - w) z[..., floor p] + w z[..., ceil p], w = p - floor p, for 0 <= p < P."""
-    low = jnp.floor(p)
-    w = p - low
-    z_low = jnp.take_along_axis(z, low.astype(jnp.int32), axis=2)
-    z_high = jnp.take_along_axis(z, jnp.ceil(p).astype(jnp.int32), axis=2)
-    return (1.0 - w) * z_low + w * z_high
-
-
-class CoPE(PositionEncoding):
-    """Learned position embeddings e (npos_max, d_head), shared by the heads."""
-
-    table: Float[Array, "P Dh"]
-
-    def __init__(self, npos_max: int, head_dim: int):
-        self.table = jnp.zeros((npos_max, head_dim), jnp.float32)
-
-    def contextual_bias(
-        self,
-        q: Float[Array, "H Lq Dh"],
-        logits: Float[Array, "H Lq Lk"],
-        visible: Bool[Array, "Lq Lk"],
-    ) -> Float[Array, "H Lq Lk"]:
-        """(H, Lq, Lk): the interpolated q_i . e[p_ij] of queries q (H, Lq, Dh) for keys
-        0..Lk-1, from their logits (H, Lq, Lk); 0 where `visible` (Lq, Lk) is False."""
-        p = contextual_positions(logits, visible, self.table.shape[0])
-        z = jnp.einsum("hqd,pd->hqp", q.astype(jnp.float32), self.table)
-        return jnp.where(visible[None], interpolate(z, p), 0.0)
+if TYPE_CHECKING:
+    from rope_lab.model.positions.modules.cope import CoPE
 
 
 @POSITIONS.register("cope")
@@ -99,6 +62,8 @@ class CopeConfig(EncodingConfig):
 
     def build(self, model, *, max_length, train_length, key) -> CoPE:
         """A zero (npos_max, d_head) table."""
+        from rope_lab.model.positions.modules.cope import CoPE  # deferred: imports JAX
+
         return CoPE(self.npos_max, model.d_head)
 
     def n_params(self, model, *, max_length) -> int:

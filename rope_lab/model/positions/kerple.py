@@ -7,22 +7,24 @@ The paper clamps the parameters into their domain after each step; here unconstr
 are trained through a map onto the domain instead, with a smooth gradient: softplus for the
 positive r1 (both variants) and the log variant's r2, 2 * sigmoid for the power variant's r2
 (which reaches (0, 2), the open interval: r2 = 2 itself would need an infinite preimage). One
-set of parameters serves every layer, like rope_lab's other encodings.
+set of parameters serves every layer, like rope_lab's other encodings. This module is the
+configs and the preimage maps (NumPy); the bias modules are `modules/kerple.py`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
 
-from rope_lab.model.positions.base import EncodingConfig, PositionEncoding
+from rope_lab.model.positions.base import EncodingConfig
 from rope_lab.registry import POSITIONS
 from rope_lab.roles import identity
 from rope_lab.typed import ConfigError
+
+if TYPE_CHECKING:
+    from rope_lab.model.positions.modules.kerple import KerpleLog, KerplePower
 
 
 def inverse_softplus(y: float) -> float:
@@ -33,26 +35,6 @@ def inverse_softplus(y: float) -> float:
 def inverse_double_sigmoid(y: float) -> float:
     """x with 2 * sigmoid(x) = y, for 0 < y < 2."""
     return float(np.log(y / (2.0 - y)))
-
-
-class KerpleLog(PositionEncoding):
-    """Learned per-head r1, r2 > 0 (stored as softplus preimages, shape (H,))."""
-
-    raw_r1: Float[Array, " H"]
-    raw_r2: Float[Array, " H"]
-
-    def __init__(self, heads: int, r1: float, r2: float):
-        self.raw_r1 = jnp.full((heads,), inverse_softplus(r1), jnp.float32)
-        self.raw_r2 = jnp.full((heads,), inverse_softplus(r2), jnp.float32)
-
-    def bias(self, q_positions: Array, k_positions: Array) -> Float[Array, "H Lq Lk"]:
-        """(H, Lq, Lk): -r1 log(1 + r2 |p_i - p_j|) for queries (Lq,) and keys (Lk,)."""
-        distance = jnp.abs(
-            q_positions.astype(jnp.float32)[:, None] - k_positions.astype(jnp.float32)[None]
-        )
-        r1 = jax.nn.softplus(self.raw_r1)[:, None, None]
-        r2 = jax.nn.softplus(self.raw_r2)[:, None, None]
-        return -r1 * jnp.log1p(r2 * distance[None])
 
 
 @POSITIONS.register("kerple_log")
@@ -72,6 +54,8 @@ class KerpleLogConfig(EncodingConfig):
 
     def build(self, model, *, max_length, train_length, key) -> KerpleLog:
         """r1, r2 of `model.n_heads` heads at their initial values."""
+        from rope_lab.model.positions.modules.kerple import KerpleLog  # deferred: imports JAX
+
         return KerpleLog(model.n_heads, self.r1_init, self.r2_init)
 
     def n_params(self, model, *, max_length) -> int:
@@ -85,31 +69,6 @@ class KerpleLogConfig(EncodingConfig):
             value = getattr(self, name)
             if not value > 0:
                 raise ConfigError(f"{path}.{name}: must be > 0, got {value!r}")
-
-
-class KerplePower(PositionEncoding):
-    """Learned per-head r1 > 0 (a softplus preimage) and 0 < r2 < 2 (a 2 * sigmoid preimage),
-    shape (H,) each."""
-
-    raw_r1: Float[Array, " H"]
-    raw_r2: Float[Array, " H"]
-
-    def __init__(self, heads: int, r1: float, r2: float):
-        self.raw_r1 = jnp.full((heads,), inverse_softplus(r1), jnp.float32)
-        self.raw_r2 = jnp.full((heads,), inverse_double_sigmoid(r2), jnp.float32)
-
-    def bias(self, q_positions: Array, k_positions: Array) -> Float[Array, "H Lq Lk"]:
-        """(H, Lq, Lk): -r1 |p_i - p_j| ** r2 for queries (Lq,) and keys (Lk,).
-
-        The power is taken of the distance with 0 replaced by 1 and then set to 0 there, so
-        the gradient in r2 (|d| ** r2 log |d|) is never evaluated at log 0.
-        """
-        distance = jnp.abs(q_positions[:, None] - k_positions[None]).astype(jnp.float32)[None]
-        r1 = jax.nn.softplus(self.raw_r1)[:, None, None]
-        r2 = 2.0 * jax.nn.sigmoid(self.raw_r2)[:, None, None]
-        apart = distance > 0
-        power = jnp.where(apart, jnp.where(apart, distance, 1.0) ** r2, 0.0)
-        return -r1 * power
 
 
 @POSITIONS.register("kerple_power")
@@ -129,6 +88,8 @@ class KerplePowerConfig(EncodingConfig):
 
     def build(self, model, *, max_length, train_length, key) -> KerplePower:
         """r1, r2 of `model.n_heads` heads at their initial values."""
+        from rope_lab.model.positions.modules.kerple import KerplePower  # deferred: imports JAX
+
         return KerplePower(model.n_heads, self.r1_init, self.r2_init)
 
     def n_params(self, model, *, max_length) -> int:

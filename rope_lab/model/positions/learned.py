@@ -1,29 +1,17 @@
-"""Learned absolute position embeddings: a trained (max_length, D) table added to the input."""
+"""Learned absolute position embeddings: a trained (max_length, D) table added to the input.
+The config; the table's module is `modules/learned.py`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import jax
-import jax.numpy as jnp
-from jaxtyping import Array, Float, PRNGKeyArray
-
-from rope_lab.model.positions.base import EncodingConfig, PositionEncoding
+from rope_lab.model.positions.base import EncodingConfig
 from rope_lab.registry import POSITIONS
 from rope_lab.typed import ConfigError
 
-
-class LearnedPE(PositionEncoding):
-    """Learned absolute table of shape (max_length, D); untrained rows keep their init."""
-
-    table: Float[Array, "P D"]
-
-    def __init__(self, max_length: int, width: int, *, key: PRNGKeyArray, std: float = 1.0):
-        self.table = std * jax.random.normal(key, (max_length, width))
-
-    def embed(self, positions: Array) -> Float[Array, "*B L D"]:
-        """Rows of the table at integer positions (*B, L)."""
-        return self.table[positions.astype(jnp.int32)]
+if TYPE_CHECKING:
+    from rope_lab.model.positions.modules.learned import LearnedPE
 
 
 @POSITIONS.register("learned")
@@ -42,6 +30,8 @@ class LearnedConfig(EncodingConfig):
 
     def build(self, model, *, max_length, train_length, key) -> LearnedPE:
         """A (max_length, width) table drawn from N(0, 1)."""
+        from rope_lab.model.positions.modules.learned import LearnedPE  # deferred: imports JAX
+
         return LearnedPE(max_length, model.width, key=key)
 
     def n_params(self, model, *, max_length) -> int:

@@ -1,15 +1,16 @@
-"""NoPE: no position encoding; causal masking alone carries order (Kazemnejad et al. 2023)."""
+"""NoPE: no position encoding; causal masking alone carries order (Kazemnejad et al. 2023).
+The config; its (empty) module is `modules/none.py`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from rope_lab.model.positions.base import EncodingConfig, PositionEncoding
+from rope_lab.model.positions.base import EncodingConfig
 from rope_lab.registry import POSITIONS
 
-
-class NoPE(PositionEncoding):
-    """No position information: every hook is the identity."""
+if TYPE_CHECKING:
+    from rope_lab.model.positions.modules.none import NoPE
 
 
 @POSITIONS.register("none")
@@ -24,4 +25,6 @@ class NoPEConfig(EncodingConfig):
 
     def build(self, model, *, max_length, train_length, key) -> NoPE:
         """The (empty) NoPE module."""
+        from rope_lab.model.positions.modules.none import NoPE  # deferred: imports JAX
+
         return NoPE()

@@ -3,8 +3,9 @@ position x frequency. Scalings belong here: `RotaryConfig` computes the frequenc
 registered scaling method (`rope_lab.model.rope.inv_freq`), so a subclass (xPos, say) is
 evaluated and fine-tuned under every scaling without code elsewhere.
 
-The frequencies are fixed buffers (`Frozen`), so swapping them for another scaling method at
-evaluation (`with_rope_scaling`) does not recompile.
+This module is the config side (NumPy frequencies, checks); the rotating module `RotaryPE` and
+`with_rope_scaling` are `modules/rotary.py`, where the frequencies are fixed buffers
+(`Frozen`), so swapping them for another scaling method at evaluation does not recompile.
 """
 
 from __future__ import annotations
@@ -12,40 +13,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import equinox as eqx
-import jax
-import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array
 
 from rope_lab.model import rope
-from rope_lab.model.positions.base import EncodingConfig, Frozen, PositionEncoding, known_scaling
-from rope_lab.model.scalings.remaps import Remap
+from rope_lab.model.positions.base import EncodingConfig, known_scaling
 from rope_lab.registry import POSITIONS, SCALINGS
 from rope_lab.roles import Role, identity
 from rope_lab.typed import ConfigError, Params, params_field, thaw
 
 if TYPE_CHECKING:
     from rope_lab.config import ModelConfig
-
-
-class RotaryPE(PositionEncoding):
-    """Rotary embedding in the half-split layout, with swappable frequencies."""
-
-    inv_freq: Frozen
-    attention_factor: Frozen
-
-    def __init__(self, inv_freq: np.ndarray, attention_factor: float):
-        self.inv_freq = Frozen(jnp.asarray(inv_freq, jnp.float32))
-        self.attention_factor = Frozen(jnp.asarray(attention_factor, jnp.float32))
-
-    def rotate(self, q: Array, k: Array, positions: Array) -> tuple[Array, Array]:
-        """Rotate the first rotary_dim dims of q and k (L, H, Dh) by position x frequency."""
-        inv_freq, factor = self.inv_freq.get(), self.attention_factor.get()
-        return (
-            rope.apply_rotary(q, positions, inv_freq, factor),
-            rope.apply_rotary(k, positions, inv_freq, factor),
-        )
+    from rope_lab.model.positions.modules.base import PositionEncoding
+    from rope_lab.model.positions.modules.rotary import RotaryPE
 
 
 @dataclass(frozen=True)
@@ -109,6 +88,10 @@ class RotaryConfig(EncodingConfig):
     def build(self, model, *, max_length, train_length, key) -> RotaryPE:
         """The module (`make_module`) holding `frequencies` of the training-time scaling at
         the training length."""
+        from rope_lab.model.positions.modules.rotary import (
+            with_rope_scaling,  # deferred: imports JAX
+        )
+
         inv, attention_factor = self.frequencies(model, train_length)
         module = self.make_module(inv, attention_factor, model)
         return with_rope_scaling(module, inv, attention_factor)
@@ -118,6 +101,8 @@ class RotaryConfig(EncodingConfig):
     ) -> RotaryPE:
         """The encoding module around its (rotary_dim // 2,) frequencies and attention factor
         (set again from `frequencies` by `build`: override `frequencies` to change them)."""
+        from rope_lab.model.positions.modules.rotary import RotaryPE  # deferred: imports JAX
+
         return RotaryPE(inv_freq, attention_factor)
 
     def with_scaling(
@@ -126,31 +111,19 @@ class RotaryConfig(EncodingConfig):
         """The same rotary encoding with the frequencies of `kind` at `factor` and `seq_len`,
         `train_length` the original length (same array shapes: no recompilation). A method
         that `remaps` keeps the encoding's frequencies and wraps it in its position sets
-        (`positions/remapped.py`; a new program)."""
-        from rope_lab.model.positions.remapped import RemappedRotary
+        (`modules/remapped.py`; a new program)."""
+        from rope_lab.model.positions.modules.remapped import rescaled  # deferred: imports JAX
 
-        if SCALINGS[kind].remaps:
-            inner = encoding.inner if isinstance(encoding, RemappedRotary) else encoding
-            method = rope.scaling_config(kind, **(params or {}))
-            assert isinstance(method, Remap)
-            sets = method.rule(factor, train_length)
-            return RemappedRotary(inner, sets)
-        if isinstance(encoding, RemappedRotary):  # new frequencies under the same remap
-            inner = self.with_scaling(
-                encoding.inner,
-                model,
-                train_length=train_length,
-                kind=kind,
-                factor=factor,
-                params=params,
-                seq_len=seq_len,
-            )
-            return eqx.tree_at(lambda e: e.inner, encoding, inner)
-        assert isinstance(encoding, RotaryPE)
-        inv, attention_factor = self.frequencies(
-            model, train_length, kind=kind, factor=factor, params=params, seq_len=seq_len
+        return rescaled(
+            self,
+            encoding,
+            model,
+            train_length=train_length,
+            kind=kind,
+            factor=factor,
+            params=params,
+            seq_len=seq_len,
         )
-        return with_rope_scaling(encoding, inv, attention_factor)
 
     def trained_scaling(self) -> tuple[str, float, tuple]:
         """The training-time (method, factor, params)."""
@@ -223,20 +196,3 @@ def rope_frequencies(cfg: ModelConfig, train_length: int, **scaling) -> tuple[np
     """(rotary_dim // 2,) inverse frequencies and attention factor of the model-wide rotary
     encoding (`RotaryConfig.frequencies`)."""
     return cfg.position.options.frequencies(cfg, train_length, **scaling)
-
-
-def with_rope_scaling(encoding: RotaryPE, inv_freq: np.ndarray, attention_factor: float):
-    """The same rotary encoding with new frequencies (same shapes: no recompilation).
-
-    The new arrays are placed like the old ones: a compiled program is keyed on its arguments'
-    shardings too, so an uncommitted array in place of a committed one would recompile it."""
-    old = (encoding.inv_freq.value, encoding.attention_factor.value)
-    new = [jnp.asarray(x, jnp.float32) for x in (inv_freq, attention_factor)]
-    new = [_placed_like(x, o) for x, o in zip(new, old, strict=True)]
-    return eqx.tree_at(lambda e: (e.inv_freq.value, e.attention_factor.value), encoding, new)
-
-
-def _placed_like(new: Array, old: Array) -> Array:
-    if isinstance(old, jax.core.Tracer) or not isinstance(old, jax.Array):
-        return new
-    return jax.device_put(new, old.sharding) if old.committed else new

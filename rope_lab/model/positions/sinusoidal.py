@@ -1,32 +1,16 @@
-"""Sinusoidal absolute position embeddings (Vaswani et al. 2017)."""
+"""Sinusoidal absolute position embeddings (Vaswani et al. 2017). The config; the sinusoids'
+module is `modules/sinusoidal.py`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import equinox as eqx
-import jax.numpy as jnp
-from jaxtyping import Array, Float
-
-from rope_lab.model.positions.base import EncodingConfig, PositionEncoding
+from rope_lab.model.positions.base import EncodingConfig
 from rope_lab.registry import POSITIONS
 
-
-class SinusoidalPE(PositionEncoding):
-    """PE[p, 2i] = sin(p w_i), PE[p, 2i+1] = cos(p w_i), w_i = base^(-2i / D)."""
-
-    width: int = eqx.field(static=True)
-    base: float = eqx.field(static=True, default=10000.0)
-
-    def embed(self, positions: Array) -> Float[Array, "*B L D"]:
-        """(*B, L, D) sinusoids at positions (*B, L)."""
-        half = (self.width + 1) // 2
-        freqs = self.base ** (-2.0 * jnp.arange(half, dtype=jnp.float32) / self.width)
-        angles = positions.astype(jnp.float32)[..., None] * freqs.reshape(
-            (1,) * positions.ndim + (half,)
-        )
-        pe = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1)
-        return pe.reshape(*positions.shape, 2 * half)[..., : self.width]
+if TYPE_CHECKING:
+    from rope_lab.model.positions.modules.sinusoidal import SinusoidalPE
 
 
 @POSITIONS.register("sinusoidal")
@@ -43,4 +27,8 @@ class SinusoidalConfig(EncodingConfig):
 
     def build(self, model, *, max_length, train_length, key) -> SinusoidalPE:
         """Sinusoids of width `model.width`."""
+        from rope_lab.model.positions.modules.sinusoidal import (
+            SinusoidalPE,  # deferred: imports JAX
+        )
+
         return SinusoidalPE(model.width)

@@ -22,6 +22,9 @@ The table starts at zeros, so an untrained T5-bias model is the NoPE model. That
 choice, not the reference's: Hugging Face's T5 draws it from N(0, d_model^-1/2), and Mesh
 TensorFlow leaves it to the variable scope's default initializer. As with rope_lab's other
 encodings, one table serves every layer (T5 itself shares it across the layers of a stack).
+
+This module is the config and the exact bucket boundaries (plain Python); the bucketing in JAX
+and the bias module `T5Bias` are `modules/t5.py`.
 """
 
 from __future__ import annotations
@@ -29,15 +32,15 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import equinox as eqx
-import jax.numpy as jnp
-from jaxtyping import Array, Float, Int
-
-from rope_lab.model.positions.base import EncodingConfig, PositionEncoding
+from rope_lab.model.positions.base import EncodingConfig
 from rope_lab.registry import POSITIONS
 from rope_lab.roles import identity
 from rope_lab.typed import ConfigError
+
+if TYPE_CHECKING:
+    from rope_lab.model.positions.modules.t5 import T5Bias
 
 
 def bucket_boundaries(num_buckets: int, max_distance: int) -> tuple[int, ...]:
@@ -68,43 +71,6 @@ def bucket_boundaries(num_buckets: int, max_distance: int) -> tuple[int, ...]:
     return tuple(starts)
 
 
-def relative_bucket(
-    distance: Int[Array, "*S"], max_exact: int, boundaries: tuple[int, ...]
-) -> Int[Array, "*S"]:
-    """Bucket (*S,) int32 of causal distances (*S,) >= 0: the distance itself below `max_exact`,
-    else max_exact + the number of `bucket_boundaries` it has reached."""
-    distance = distance.astype(jnp.int32)
-    reached = (
-        jnp.searchsorted(jnp.asarray(boundaries, jnp.int32), distance, side="right")
-        if boundaries
-        else jnp.zeros_like(distance)
-    )
-    return jnp.where(distance < max_exact, distance, max_exact + reached.astype(jnp.int32))
-
-
-class T5Bias(PositionEncoding):
-    """Learned table (H, num_buckets) of logit biases, indexed by head and distance bucket."""
-
-    table: Float[Array, "H B"]
-    max_exact: int = eqx.field(static=True)
-    boundaries: tuple[int, ...] = eqx.field(static=True)
-
-    def __init__(self, heads: int, num_buckets: int, max_distance: int):
-        self.table = jnp.zeros((heads, num_buckets), jnp.float32)
-        self.max_exact = num_buckets // 2
-        self.boundaries = bucket_boundaries(num_buckets, max_distance)
-
-    def buckets(self, q_positions: Array, k_positions: Array) -> Int[Array, "Lq Lk"]:
-        """(Lq, Lk) bucket of max(q - k, 0) for queries (Lq,) and keys (Lk,)."""
-        q, k = q_positions.astype(jnp.int32), k_positions.astype(jnp.int32)
-        distance = jnp.maximum(q[:, None] - k[None], 0)
-        return relative_bucket(distance, self.max_exact, self.boundaries)
-
-    def bias(self, q_positions: Array, k_positions: Array) -> Float[Array, "H Lq Lk"]:
-        """(H, Lq, Lk): table[h, bucket(max(p_i - p_j, 0))] for queries (Lq,) and keys (Lk,)."""
-        return self.table[:, self.buckets(q_positions, k_positions)]
-
-
 def _is_int(value: object) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
@@ -127,6 +93,8 @@ class T5BiasConfig(EncodingConfig):
 
     def build(self, model, *, max_length, train_length, key) -> T5Bias:
         """A zero table of `model.n_heads` heads by `num_buckets` buckets."""
+        from rope_lab.model.positions.modules.t5 import T5Bias  # deferred: imports JAX
+
         return T5Bias(model.n_heads, self.num_buckets, self.max_distance)
 
     def n_params(self, model, *, max_length) -> int:

@@ -10,24 +10,25 @@ Positions are not re-centred (the paper's code centres them on the sequence): a 
 scale must not depend on the query, so the scale grows with the absolute position and float32
 bounds the longest length (`max_length_float32`; longer evaluations are refused).
 Everything rotary (training-time scaling, evaluation under every registered scaling,
-fine-tuning, decoding) comes from `RotaryConfig`.
+fine-tuning, decoding) comes from `RotaryConfig`. This module is the config and the decay
+bases (NumPy); the decaying module `XPosPE` is `modules/xpos.py`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import equinox as eqx
-import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
 
-from rope_lab.model.positions.base import Frozen
-from rope_lab.model.positions.rotary import RotaryConfig, RotaryPE
+from rope_lab.model.positions.rotary import RotaryConfig
 from rope_lab.registry import POSITIONS
 from rope_lab.roles import identity
 from rope_lab.typed import ConfigError
+
+if TYPE_CHECKING:
+    from rope_lab.model.positions.modules.xpos import XPosPE
 
 # largest |log| of a float32 scale kept, with margin below log(float32 max) = 88.7
 _LOG_RANGE = 80.0
@@ -37,35 +38,6 @@ def decay_bases(rotary_dim: int, gamma: float) -> np.ndarray:
     """(rotary_dim // 2,) zeta_i = (2 i / rotary_dim + gamma) / (1 + gamma)."""
     i = np.arange(rotary_dim // 2, dtype=np.float64)
     return (2.0 * i / rotary_dim + gamma) / (1.0 + gamma)
-
-
-class XPosPE(RotaryPE):
-    """RoPE whose rotated query and key pairs are scaled by zeta^(+-position / scale_base)."""
-
-    zeta: Frozen
-    scale_base: float = eqx.field(static=True)
-
-    def __init__(
-        self, inv_freq: np.ndarray, attention_factor: float, zeta: np.ndarray, scale_base: float
-    ):
-        super().__init__(inv_freq, attention_factor)
-        self.zeta = Frozen(jnp.asarray(zeta, jnp.float32))
-        self.scale_base = float(scale_base)
-
-    def decay(self, positions: Array) -> Float[Array, "L 1 R"]:
-        """zeta^(position / scale_base) for positions (L,), on both dims of each pair."""
-        power = positions.astype(jnp.float32)[:, None] / self.scale_base
-        half = self.zeta.get()[None, :] ** power
-        return jnp.concatenate([half, half], axis=-1)[:, None, :]
-
-    def rotate(self, q: Array, k: Array, positions: Array) -> tuple[Array, Array]:
-        """RoPE's rotation of q and k (L, H, Dh), then the decay: q times, k divided."""
-        q, k = super().rotate(q, k, positions)
-        decay = self.decay(positions)
-        r = decay.shape[-1]
-        q = jnp.concatenate([(q[..., :r] * decay).astype(q.dtype), q[..., r:]], axis=-1)
-        k = jnp.concatenate([(k[..., :r] / decay).astype(k.dtype), k[..., r:]], axis=-1)
-        return q, k
 
 
 @POSITIONS.register("xpos")
@@ -82,6 +54,8 @@ class XPosConfig(RotaryConfig):
 
     def make_module(self, inv_freq, attention_factor, model) -> XPosPE:
         """RoPE's frequencies with the decay bases of the model's rotary dims."""
+        from rope_lab.model.positions.modules.xpos import XPosPE  # deferred: imports JAX
+
         zeta = decay_bases(self.rotary_dim(model), self.gamma)
         return XPosPE(inv_freq, attention_factor, zeta, self.scale_base)
 

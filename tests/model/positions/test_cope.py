@@ -31,8 +31,9 @@ from rope_lab.model import attention
 from rope_lab.model.attention import choose
 from rope_lab.model.attention_logits import SOFTMAX
 from rope_lab.model.memory import forward_bytes
-from rope_lab.model.positions import NoPE
-from rope_lab.model.positions.cope import CoPE, CopeConfig, contextual_positions
+from rope_lab.model.positions.cope import CopeConfig
+from rope_lab.model.positions.modules import NoPE
+from rope_lab.model.positions.modules.cope import CoPE, contextual_positions
 from rope_lab.model.transformer import count_params
 from rope_lab.sweep.plan import estimate_cost
 from rope_lab.trial.train import make_model, train

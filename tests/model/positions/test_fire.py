@@ -14,8 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rope_lab.config import ConfigError, TrialConfig, from_dict, replace, to_dict, validate
-from rope_lab.model.positions import NoPE
-from rope_lab.model.positions.fire import Fire, FireConfig
+from rope_lab.model.positions.fire import FireConfig
+from rope_lab.model.positions.modules import NoPE
+from rope_lab.model.positions.modules.fire import Fire
 from rope_lab.model.transformer import count_params
 from rope_lab.trial.train import make_model, train
 from tests.helpers import ntk_against_jacrev, tiny_trial

@@ -13,15 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rope_lab.config import ConfigError, TrialConfig, from_dict, replace, to_dict, validate
-from rope_lab.model.positions import NoPE
 from rope_lab.model.positions.kerple import (
-    KerpleLog,
     KerpleLogConfig,
-    KerplePower,
     KerplePowerConfig,
     inverse_double_sigmoid,
     inverse_softplus,
 )
+from rope_lab.model.positions.modules import NoPE
+from rope_lab.model.positions.modules.kerple import KerpleLog, KerplePower
 from rope_lab.model.transformer import count_params
 from rope_lab.trial.train import make_model, train
 from tests.helpers import ntk_against_jacrev, tiny_trial

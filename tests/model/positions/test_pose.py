@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from rope_lab.config import ConfigError, replace, validate
-from rope_lab.model.positions.pose import (
+from rope_lab.model.positions.modules.pose import (
     chunk_starts,
     pose_batch_positions,
     pose_positions,

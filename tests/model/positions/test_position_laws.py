@@ -17,12 +17,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rope_lab.config import replace
-from rope_lab.model.positions import (
-    SinusoidalPE,
-    alibi_slopes,
-    make_position_encoding,
-    with_rope_scaling,
-)
+from rope_lab.model.positions import alibi_slopes, make_position_encoding
+from rope_lab.model.positions.modules import SinusoidalPE, with_rope_scaling
 from rope_lab.model.transformer import trainable, with_scaling
 from rope_lab.registry import POSITIONS
 from rope_lab.trial.evaluate import evaluate_length

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rope_lab.model.positions import alibi_slopes, random_positions
+from rope_lab.model.positions import alibi_slopes
+from rope_lab.model.positions.modules import random_positions
 from rope_lab.model.transformer import with_scaling
 from rope_lab.trial.train import make_model
 from tests.helpers import tiny_trial

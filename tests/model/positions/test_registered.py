@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from rope_lab.config import replace, validate
-from rope_lab.model.positions import EncodingConfig, PositionEncoding
+from rope_lab.model.positions import EncodingConfig
+from rope_lab.model.positions.modules import PositionEncoding
 from rope_lab.model.transformer import count_params
 from rope_lab.registry import POSITIONS
 from rope_lab.trial.train import make_model

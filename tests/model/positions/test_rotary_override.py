@@ -12,8 +12,9 @@ import pytest
 
 from rope_lab.config import ModelConfig, PositionConfig
 from rope_lab.model import rope
-from rope_lab.model.positions.remapped import RemappedRotary
-from rope_lab.model.positions.rotary import RotaryConfig, RotaryPE
+from rope_lab.model.positions.modules.remapped import RemappedRotary
+from rope_lab.model.positions.modules.rotary import RotaryPE
+from rope_lab.model.positions.rotary import RotaryConfig
 from rope_lab.registry import POSITIONS, SCALINGS
 
 TRAIN_LENGTH = 16

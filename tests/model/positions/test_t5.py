@@ -19,8 +19,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rope_lab.config import ConfigError, TrialConfig, from_dict, replace, to_dict, validate
-from rope_lab.model.positions import NoPE
-from rope_lab.model.positions.t5 import T5Bias, T5BiasConfig
+from rope_lab.model.positions.modules import NoPE
+from rope_lab.model.positions.modules.t5 import T5Bias
+from rope_lab.model.positions.t5 import T5BiasConfig
 from rope_lab.model.transformer import count_params
 from rope_lab.trial.train import make_model, train
 from tests.helpers import ntk_against_jacrev, tiny_trial

@@ -14,8 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rope_lab.config import ConfigError, replace, validate
-from rope_lab.model.positions.rotary import RotaryPE
-from rope_lab.model.positions.xpos import XPosConfig, XPosPE
+from rope_lab.model.positions.modules.rotary import RotaryPE
+from rope_lab.model.positions.modules.xpos import XPosPE
+from rope_lab.model.positions.xpos import XPosConfig
 from rope_lab.model.transformer import with_scaling
 from rope_lab.ntk.kernels import sequence_kernel
 from rope_lab.trial.train import make_model

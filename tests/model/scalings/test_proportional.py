@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rope_lab.model import rope
+from rope_lab.model import rope, rotation
 
 GOLDEN = Path(__file__).parents[2] / "fixtures" / "hf_rope_golden.json"
 # float32 exponent 2i/d (relative error up to ln(theta) * 2**-24 < 1e-6 for theta <= 1e6) and
@@ -60,7 +60,7 @@ def test_unrotated_pairs_pass_through_apply() -> None:
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.normal(size=(5, 2, 16)), dtype=jnp.float32)
     inv, att = rope.inv_freq("proportional", 16, partial_rotary_factor=0.5)
-    out = np.asarray(rope.apply_rotary(x, jnp.arange(5) * 9 + 3, inv, att))
+    out = np.asarray(rotation.apply_rotary(x, jnp.arange(5) * 9 + 3, inv, att))
     kept = np.r_[4:8, 12:16]  # pairs (j, j + 8) with j >= 4 have frequency 0
     np.testing.assert_allclose(out[..., kept], np.asarray(x)[..., kept], rtol=0, atol=0)
     assert not np.allclose(out[..., :4], np.asarray(x)[..., :4])

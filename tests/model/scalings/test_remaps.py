@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from rope_lab.config import ConfigError, replace, validate
 from rope_lab.model import attention, rope
 from rope_lab.model.attention_logits import SOFTMAX
-from rope_lab.model.positions.remapped import RemappedRotary
-from rope_lab.model.positions.rotary import RotaryPE
+from rope_lab.model.positions.modules.remapped import RemappedRotary
+from rope_lab.model.positions.modules.rotary import RotaryPE
 from rope_lab.model.transformer import with_scaling
 from rope_lab.registry import SCALINGS
 from rope_lab.trial.train import make_model

@@ -1,0 +1,69 @@
+"""The driver's configuration side never imports JAX or Equinox: loading every shipped sweep
+spec, `sweep plan`'s table, listing every registry and validating the example trial run in a
+fresh interpreter and leave `jax` and `equinox` out of `sys.modules` (each registered
+variant's config lives apart from its Equinox module or JAX sampler, which its `build`
+imports)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# specs whose trials need data that is not shipped: a prepared corpus or a checkpoint folder
+NEEDS_DATA = {"reproduce.yaml", "tokens_cpu.yaml", "pretrained_extension.yaml"}
+
+CHECK = """
+import json, sys
+from pathlib import Path
+
+from rope_lab import registry
+from rope_lab.config import load_trial, validate
+from rope_lab.sweep.plan_table import plan_table
+from rope_lab.sweep.spec import load_spec
+
+needs_data = set(json.loads(sys.argv[1]))
+loaded, skipped = [], {}
+for path in sorted(Path("sweeps").glob("*.yaml")):
+    try:
+        load_spec(path)
+        loaded.append(path.name)
+    except Exception as err:
+        if path.name not in needs_data:
+            raise
+        skipped[path.name] = str(err)
+table = plan_table(load_spec("sweeps/smoke.yaml"))
+kinds = (registry.POSITIONS, registry.SCALINGS, registry.TASKS, registry.MODELS)
+entries = {r.what: [name for name, _ in r.items()] for r in kinds}
+validate(load_trial("examples/rope_passkey.yaml"))
+print(json.dumps({
+    "jax": "jax" in sys.modules,
+    "equinox": "equinox" in sys.modules,
+    "loaded": loaded,
+    "skipped": skipped,
+    "table_lines": len(table.splitlines()),
+    "entries": entries,
+}))
+"""
+
+
+def test_specs_plans_registries_and_validation_import_no_jax() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", CHECK, json.dumps(sorted(NEEDS_DATA))],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert not got["jax"] and not got["equinox"]
+    # a spec is skipped only for the data it names as missing
+    assert set(got["skipped"]) <= NEEDS_DATA
+    for name, error in got["skipped"].items():
+        assert "corpus" in error or "checkpoint" in error or "no such local folder" in error, name
+    assert "smoke.yaml" in got["loaded"] and len(got["loaded"]) >= 8
+    assert got["table_lines"] > 2
+    entries = got["entries"]
+    assert "rope" in entries["position encoding"] and "yarn" in entries["RoPE scaling method"]
+    assert "passkey" in entries["task"] and "transformer" in entries["model family"]
