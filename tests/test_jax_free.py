@@ -34,23 +34,48 @@ for path in sorted(Path("sweeps").glob("*.yaml")):
             raise
         skipped[path.name] = str(err)
 table = plan_table(load_spec("sweeps/smoke.yaml"))
-kinds = (registry.POSITIONS, registry.SCALINGS, registry.TASKS, registry.MODELS)
+kinds = (registry.POSITIONS, registry.SCALINGS, registry.TASKS, registry.MODELS,
+         registry.ATTENTION_FNS)
 entries = {r.what: [name for name, _ in r.items()] for r in kinds}
 validate(load_trial("examples/rope_passkey.yaml"))
+from rope_lab.config import TrialConfig, from_dict
+pretrained = validate(from_dict(TrialConfig, {"model": {"init": {"hf": sys.argv[2]}},
+                                              "eval": {"length_multipliers": [1, 2]}}))
 print(json.dumps({
     "jax": "jax" in sys.modules,
     "equinox": "equinox" in sys.modules,
     "loaded": loaded,
     "skipped": skipped,
     "table_lines": len(table.splitlines()),
+    "pretrained": [pretrained.model.width, pretrained.model.n_kv_heads, pretrained.train.length],
     "entries": entries,
 }))
 """
 
 
-def test_specs_plans_registries_and_validation_import_no_jax() -> None:
+# a Llama checkpoint's config.json: validation of a trial from it reads only this file
+LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "vocab_size": 40,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-06,
+    "tie_word_embeddings": False,
+    "max_position_embeddings": 64,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+}
+
+
+def test_specs_plans_registries_and_validation_import_no_jax(tmp_path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA))
     out = subprocess.run(
-        [sys.executable, "-c", CHECK, json.dumps(sorted(NEEDS_DATA))],
+        [sys.executable, "-c", CHECK, json.dumps(sorted(NEEDS_DATA)), str(tmp_path)],
         capture_output=True,
         text=True,
         check=True,
@@ -67,3 +92,5 @@ def test_specs_plans_registries_and_validation_import_no_jax() -> None:
     entries = got["entries"]
     assert "rope" in entries["position encoding"] and "yarn" in entries["RoPE scaling method"]
     assert "passkey" in entries["task"] and "transformer" in entries["model family"]
+    assert entries["attention variant"] == ["softmax", "sinks"]
+    assert got["pretrained"] == [32, 2, 64]

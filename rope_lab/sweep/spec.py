@@ -443,11 +443,4 @@ def _apply_scaling(cfg: TrialConfig, scaling: ScalingSpec | None) -> TrialConfig
     return replace(cfg, **{k: v for k, v in changes.items() if v is not None})
 
 
-__all__ = [
-    "Resources",
-    "ScalingSpec",
-    "SweepSpec",
-    "axis_assignments",
-    "load_spec",
-    "parse_spec",
-]
+__all__ = ["Resources", "ScalingSpec", "SweepSpec", "axis_assignments", "load_spec", "parse_spec"]

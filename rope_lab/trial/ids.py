@@ -27,6 +27,7 @@ def trial_id(cfg: TrialConfig) -> str:
     m = cfg.model
     layout = "".join(f"+{layer.slug(m)}" for layer in m.layers)
     layout += "-ssmax" if m.scalable_softmax else ""
+    layout += m.attention_options.slug()  # what attention computes, if not plain softmax
     pose = cfg.train.pose_target_length
     layout += f"-pose{pose}" if pose is not None else ""
     network = m.arch.slug() or f"{m.position.kind}{m.position.options.slug()}{layout}"

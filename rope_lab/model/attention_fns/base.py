@@ -48,5 +48,9 @@ class AttentionFnConfig:
         """(H,) log of the extra mass in each row's softmax normaliser, or None."""
         return None
 
+    def slug(self) -> str:
+        """The trial id's readable part for the variant ('-sinks'; '' for plain softmax)."""
+        return f"-{self.name}"
+
     def check(self, trial: TrialConfig, path: str) -> None:
         """ConfigError naming the key unless the variant's fields fit the trial."""

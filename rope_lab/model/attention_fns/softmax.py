@@ -16,3 +16,7 @@ class Softmax(AttentionFnConfig):
 
     order = 0
     fused_ok = True
+
+    def slug(self) -> str:
+        """Nothing: plain softmax is what every trial id meant before variants existed."""
+        return ""
