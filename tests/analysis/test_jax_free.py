@@ -1,4 +1,5 @@
-"""Loading a run directory, labelling its curves and querying it never import JAX, nor even the
+"""Loading a run directory, labelling its curves, querying it and judging the claims on it never
+import JAX, nor even the
 encoding and task registries: trials rows carry what analysis needs to know of their variants
 (`results.columns.variant_columns`). The driver side is tests/test_jax_free.py."""
 
@@ -18,19 +19,23 @@ import json, sys
 import polars as pl
 from rope_lab.results import load
 from rope_lab.analysis import query
+from rope_lab.analysis.claims import format_verdicts, judge
 
 res = load(sys.argv[1])
 frame = query.eval_table(res)
 labels = sorted(set(frame.get_column("label").to_list()))
 summary = query.extrapolation_summary(res)
 metrics = query.task_metrics(frame)
+registry = "rope_lab.model.positions" in sys.modules or "rope_lab.tasks" in sys.modules
+verdicts = format_verdicts(judge([sys.argv[1]], None, min_seeds=1, n_boot=50))  # may list tasks
 print(json.dumps({
     "jax": "jax" in sys.modules,
     "equinox": "equinox" in sys.modules,
-    "registry": "rope_lab.model.positions" in sys.modules or "rope_lab.tasks" in sys.modules,
+    "registry": registry,
     "labels": labels,
     "summary_rows": summary.height,
     "metrics": {str(k): v for k, v in metrics.items()},
+    "verdict_lines": len(verdicts.splitlines()),
 }))
 """
 
@@ -47,7 +52,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run
 
 
-def test_loading_labelling_and_querying_import_no_jax(run_dir: Path) -> None:
+def test_loading_labelling_querying_and_claims_import_no_jax(run_dir: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-c", READ, str(run_dir)], capture_output=True, text=True, check=True
     )
@@ -57,6 +62,7 @@ def test_loading_labelling_and_querying_import_no_jax(run_dir: Path) -> None:
     assert "rope rotary_fraction 0.5/linear x2" in got["labels"]
     assert got["summary_rows"] > 0
     assert got["metrics"] == {"passkey": "accuracy"}
+    assert got["verdict_lines"] > 2  # every registered claim judged (most: not enough runs)
 
 
 def test_trials_rows_describe_their_encoding(run_dir: Path) -> None:
