@@ -17,6 +17,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
             eval_sources=args.eval,
             eval_fraction=args.eval_fraction,
             progress=not args.quiet,
+            overwrite=args.overwrite,
         )
     except CorpusError as err:
         print(f"rope-lab: error: {err}", file=sys.stderr)
@@ -67,4 +68,9 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         help="hold out the last documents holding this fraction of the text (default 0.1)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a corpus DIR already holds that other sources or another tokenizer made",
+    )
     p.set_defaults(func=_cmd_prepare)

@@ -32,7 +32,7 @@ import numpy as np
 
 from rope_lab.corpus import tokenizers as toks
 from rope_lab.corpus.meta import FORMAT, SPLIT_FILES, check_sizes, read_meta
-from rope_lab.corpus.sources import CorpusError, describe, documents, expand
+from rope_lab.corpus.sources import CorpusError, describe, documents, expand, is_builtin
 from rope_lab.runtime.atomic import fsync_dir
 
 SEPARATOR = "\n\n"
@@ -112,10 +112,14 @@ def prepare(
     eval_sources: Sequence[str] | None = None,
     eval_fraction: float | None = None,
     progress: bool = True,
+    overwrite: bool = False,
 ) -> Prepared:
     """Tokenize ``sources`` into ``out`` (train.bin, eval.bin, tokenizer.json, meta.json);
-    nothing is written when ``out`` already holds this corpus. CorpusError for an input error."""
+    nothing is written when ``out`` already holds this corpus. ``out`` must be new, empty, or a
+    corpus folder (another corpus only with ``overwrite``), and apart from every source
+    (`check_target`). CorpusError for an input error."""
     out = Path(out)
+    check_target(out, [*sources, *(eval_sources or [])])
     if eval_sources is not None and eval_fraction is not None:
         raise CorpusError("give --eval or --eval-fraction, not both")
     if eval_sources is None:
@@ -130,11 +134,20 @@ def prepare(
     if (out / "meta.json").is_file():
         try:
             old = read_meta(out)
-            if old["fingerprint"] == fp:
+        except CorpusError:
+            old = None  # a damaged corpus of rope_lab's: rewritten
+        if old is not None and old["fingerprint"] == fp:
+            try:
                 check_sizes(out, old)
                 return Prepared("unchanged", out, old)
-        except CorpusError:
-            pass
+            except CorpusError:
+                pass  # the same corpus with a damaged file: written again
+        elif old is not None and not overwrite:
+            spec = (old.get("tokenizer") or {}).get("spec", "?")
+            raise CorpusError(
+                f"--out {out}: holds another corpus (tokenizer {spec}; other sources, split or "
+                "tokenizer than these); pass --overwrite to replace it"
+            )
         status = "replaced"
 
     # The documents are streamed, never held together: one pass finds their sizes (and any
@@ -204,6 +217,35 @@ def prepare(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return Prepared(status, out, meta)
+
+
+# the files a corpus folder holds: all that `prepare` writes, and so all it may replace
+OWNED = (*SPLIT_FILES.values(), "tokenizer.json", "meta.json")
+
+
+def check_target(out: Path, sources: Sequence[str]) -> None:
+    """CorpusError unless ``out`` can take a corpus without touching anything else: absent, an
+    empty folder or a folder of only the corpus files (`OWNED`), neither a source nor inside
+    one nor holding one."""
+    if out.exists() and not out.is_dir():
+        raise CorpusError(f"--out {out}: a file, not a folder; give a new or empty folder")
+    target = out.resolve()
+    for src in sources:
+        if is_builtin(os.fspath(src)):
+            continue
+        path = Path(src).resolve()
+        if path == target or target in path.parents or path in target.parents:
+            raise CorpusError(
+                f"--out {out}: overlaps the source {src}; write the corpus to a folder of its own"
+            )
+    if out.is_dir():
+        others = sorted(p.name for p in out.iterdir() if p.name not in OWNED)
+        if others:
+            shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+            raise CorpusError(
+                f"--out {out}: holds files that are not a rope_lab corpus ({shown}); give a "
+                "new or empty folder"
+            )
 
 
 def _write_split(

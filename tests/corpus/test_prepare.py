@@ -97,12 +97,46 @@ def test_a_lone_file_is_split_at_blank_lines_and_eval_sources_hold_out_whole(tmp
     assert done.meta["train_documents"] == 3 and done.meta["eval_tokens"] == len("held out\n\n")
 
 
-def test_a_changed_source_replaces_the_corpus(folder: Path, tmp_path: Path) -> None:
+def test_a_changed_source_replaces_the_corpus_only_when_asked(folder: Path, tmp_path) -> None:
     first = prepare([str(folder)], tmp_path / "c", "bytes", progress=False)
     (folder / "doc00.txt").write_text("changed text")
-    again = prepare([str(folder)], tmp_path / "c", "bytes", progress=False)
+    with pytest.raises(CorpusError, match=r"holds another corpus \(tokenizer bytes;.*--overwrite"):
+        prepare([str(folder)], tmp_path / "c", "bytes", progress=False)
+    assert read_meta(tmp_path / "c") == first.meta
+    again = prepare([str(folder)], tmp_path / "c", "bytes", progress=False, overwrite=True)
     assert again.status == "replaced" and again.meta["fingerprint"] != first.meta["fingerprint"]
     assert read_meta(tmp_path / "c") == again.meta
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_a_target_that_is_not_a_corpus_of_its_own_is_never_touched(folder, tmp_path) -> None:
+    """A folder holding other files, a regular file, the source folder itself, a folder inside
+    it or one holding it: each refused naming --out, with every file as it was."""
+    notes = tmp_path / "notes"
+    (notes / "sub").mkdir(parents=True)
+    (notes / "notes.txt").write_text("mine")
+    (notes / "sub" / "x.txt").write_text("also mine")
+    plain = tmp_path / "plain.txt"
+    plain.write_text("a file")
+    cases = [
+        (notes, "holds files that are not a rope_lab corpus \\(notes.txt, sub\\)"),
+        (plain, "a file, not a folder"),
+        (folder, "overlaps the source"),
+        (folder / "corpus", "overlaps the source"),
+        (tmp_path, "overlaps the source"),
+    ]
+    before = _tree(tmp_path)
+    for out, pattern in cases:
+        with pytest.raises(CorpusError, match=rf"^--out {out}: {pattern}"):
+            prepare([str(folder)], out, "bytes", progress=False)
+        argv = ["corpus", "prepare", str(folder), "--out", str(out), "--tokenizer", "bytes"]
+        argv.append("--overwrite")
+        assert main(argv) == 1
+    assert _tree(tmp_path) == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
 def test_input_errors_name_what_is_wrong(folder: Path, tmp_path: Path) -> None:
