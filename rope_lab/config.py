@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rope_lab import typed
 from rope_lab.model.config import (
     ATTENTION_IMPLEMENTATIONS,
@@ -58,6 +56,7 @@ from rope_lab.typed import (
     to_dict,
     unknown_key_message,
 )
+from rope_lab.yaml_files import read_yaml
 
 
 @dataclass(frozen=True)
@@ -144,10 +143,7 @@ def validate(cfg: TrialConfig) -> TrialConfig:
 def load_trial(path: str | Path) -> TrialConfig:
     """Read a trial YAML file into a validated TrialConfig; errors name the file."""
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as err:
-        raise ConfigError(f"{path}: cannot read YAML: {err}") from None
+    data = read_yaml(path) or {}
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     try:

@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rope_lab.config import (
     ConfigError,
     Params,
@@ -38,6 +36,7 @@ from rope_lab.config import (
 )
 from rope_lab.results.columns import flatten_config
 from rope_lab.sweep.plain import canon, format_value, lookup, nest, set_dotted, unique
+from rope_lab.yaml_files import read_yaml
 
 NAME_PATTERN = re.compile(r"[a-z0-9_-]+")
 SCALING_KEYS = (
@@ -115,10 +114,7 @@ class _Axis:
 def load_spec(path: str | Path) -> SweepSpec:
     """Read, validate and expand a sweep YAML file."""
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise ConfigError(f"{path}: cannot read YAML: {err}") from None
+    data = read_yaml(path)
     return parse_spec(data if data is not None else {}, source=path)
 
 
