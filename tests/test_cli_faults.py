@@ -1,0 +1,183 @@
+"""The standing fault suite: bad inputs and damaged files, command by command.
+
+Each fault writes a small workspace into a temporary folder and runs one `rope-lab` command on
+it in-process. The command must refuse with exit code 1 and exactly one stderr line,
+`rope-lab: error: ...`, holding the words the fault names (so the user learns which file or key
+is wrong and what to do), and must leave the workspace byte for byte as it was: a refused
+command changes, creates and deletes nothing. A new bad input found in the field becomes a row
+of `FAULTS`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rope_lab.cli import main
+from rope_lab.config import to_dict
+from tests.helpers import tiny_trial
+from tests.sweep.conftest import write_spec
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One bad input: `setup(workspace)` writes it and returns the command line; `says` are
+    fragments of the one error line (`{ws}` stands for the workspace path)."""
+
+    name: str
+    setup: Callable[[Path], list[str]]
+    says: tuple[str, ...]
+
+
+def _trial_yaml(ws: Path, text: str | None = None, **changes) -> Path:
+    path = ws / "trial.yaml"
+    if text is None:
+        cfg = to_dict(tiny_trial("rope", steps=5))
+        for dotted, value in changes.items():
+            node = cfg
+            *parents, last = dotted.split(".")
+            for key in parents:
+                node = node[key]
+            node[last] = value
+        text = yaml.safe_dump(cfg)
+    path.write_text(text)
+    return path
+
+
+def _user_folder(ws: Path, name: str = "mine") -> Path:
+    folder = ws / name
+    (folder / "sub").mkdir(parents=True)
+    (folder / "notes.txt").write_text("a user's notes\n")
+    (folder / "sub" / "data.txt").write_text("1 2 3\n")
+    return folder
+
+
+def _texts(ws: Path) -> Path:
+    src = ws / "texts"
+    src.mkdir()
+    for i in range(3):
+        (src / f"doc{i}.txt").write_text(f"document {i}: " + "some words here. " * 20)
+    return src
+
+
+def _prepare(ws: Path, out: Path | str) -> list[str]:
+    return ["corpus", "prepare", str(_texts(ws)), "--tokenizer", "bytes", "--out", str(out)]
+
+
+FAULTS = [
+    Fault(
+        "train: a misspelt key",
+        lambda ws: ["train", str(_trial_yaml(ws, **{"model.widht": 64}))],
+        ("trial.yaml: model.widht: unknown key 'widht'", "did you mean 'width'"),
+    ),
+    Fault(
+        "train: a key given twice",
+        lambda ws: ["train", str(_trial_yaml(ws, "train:\n  lr: 0.1\n  lr: 0.2\n"))],
+        ("trial.yaml: line 3: duplicate key 'lr' (first at line 2)",),
+    ),
+    Fault(
+        "train: a config file that does not exist",
+        lambda ws: ["train", str(ws / "nothing.yaml")],
+        ("nothing.yaml: cannot read YAML", "No such file"),
+    ),
+    Fault(
+        "sweep plan: an unknown grid key",
+        lambda ws: ["sweep", "plan", str(write_spec(ws, grid={"model.widht": [32]}))],
+        ("grid.model.widht", "did you mean 'model.width'"),
+    ),
+    Fault(
+        "sweep plan: an unknown encoding",
+        lambda ws: ["sweep", "plan", str(write_spec(ws, grid={"model.position.kind": ["rop"]}))],
+        ("rop", "rope"),
+    ),
+    Fault(
+        "sweep run: a bad spec starts nothing",
+        lambda ws: [
+            "sweep",
+            "run",
+            str(write_spec(ws, grid={"model.widht": [32]})),
+            "--out",
+            str(ws / "runs"),
+        ],
+        ("grid.model.widht",),
+    ),
+    Fault(
+        "corpus prepare: --out is the source folder",
+        lambda ws: _prepare(ws, ws / "texts"),
+        ("--out", "texts"),
+    ),
+    Fault(
+        "corpus prepare: --out holds a user's files",
+        lambda ws: _prepare(ws, _user_folder(ws)),
+        ("--out", "mine"),
+    ),
+    Fault(
+        "corpus prepare: --out is a regular file",
+        lambda ws: _prepare(ws, _user_folder(ws) / "notes.txt"),
+        ("--out", "notes.txt"),
+    ),
+    Fault(
+        "corpus prepare: --out inside a source",
+        lambda ws: _prepare(ws, ws / "texts" / "corpus"),
+        ("--out", "texts"),
+    ),
+    Fault(
+        "reference-vectors: --out holds a user's files",
+        lambda ws: ["reference-vectors", "--out", str(_user_folder(ws))],
+        ("mine: not empty", "--overwrite"),
+    ),
+    *(
+        Fault(
+            f"{' '.join(cmd)}: not a run directory",
+            lambda ws, cmd=cmd: [*cmd, str(_user_folder(ws))],
+            ("not a run directory", "mine holds notes.txt"),
+        )
+        for cmd in (["results"], ["claims"], ["loss-law"], ["plot", "extrapolation"])
+    ),
+]
+
+
+def _snapshot(root: Path) -> dict[str, str]:
+    """Every path under `root` with a hash of its bytes (folders as "dir")."""
+
+    def digest(p: Path) -> str:
+        return "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
+
+    return {str(p.relative_to(root)): digest(p) for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.parametrize("fault", FAULTS, ids=[f.name for f in FAULTS])
+def test_a_bad_input_is_one_line_and_changes_nothing(fault: Fault, tmp_path, capsys) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    argv = fault.setup(ws)
+    before = _snapshot(ws)
+    capsys.readouterr()
+    code = main(argv)
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 1, err
+    assert len(lines) == 1 and lines[0].startswith("rope-lab: error: "), err
+    for words in fault.says:
+        assert words.format(ws=ws) in lines[0], (words, lines[0])
+    assert _snapshot(ws) == before
+
+
+def test_the_snapshot_sees_a_changed_byte_a_new_file_and_a_removed_one(tmp_path) -> None:
+    """The suite's own instrument: any change to the workspace shows in the snapshot."""
+    folder = _user_folder(tmp_path)
+    before = _snapshot(tmp_path)
+    (folder / "notes.txt").write_text("a user's notes!\n")
+    assert _snapshot(tmp_path) != before
+    (folder / "notes.txt").write_text("a user's notes\n")
+    assert _snapshot(tmp_path) == before
+    (folder / "sub" / "new").mkdir()
+    assert _snapshot(tmp_path) != before
+    (folder / "sub" / "new").rmdir()
+    (folder / "sub" / "data.txt").unlink()
+    assert _snapshot(tmp_path) != before
