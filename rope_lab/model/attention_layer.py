@@ -37,6 +37,7 @@ class Attention(eqx.Module):
     o: Linear
     ssmax: Float[Array, " H"] | None  # Scalable-Softmax's s per head (model.scalable_softmax)
     variant: Variant  # what attention computes (model.attention_fn) and its learned arrays
+    gate: Linear | None  # the variant's output gate (gated attention), x -> (H Dh) or (H)
     q_norm: Norm | None
     k_norm: Norm | None
     heads: int = eqx.field(static=True)
@@ -55,6 +56,9 @@ class Attention(eqx.Module):
         self.ssmax = jnp.full((cfg.n_heads,), s0, jnp.float32) if cfg.scalable_softmax else None
         fn = cfg.attention_options  # its own key, so adding a variant moves no other weight
         self.variant = Variant(fn, fn.init_params(cfg, key=jax.random.fold_in(key, 1)))
+        features = fn.gate_features(cfg)
+        gate_key = jax.random.fold_in(key, 2)
+        self.gate = make_linear(cfg, cfg.width, features, gate_key) if features else None
         qk_norm = lambda: Norm(cfg.d_head, "rmsnorm", cfg.norm_eps) if cfg.qk_norm else None
         self.q_norm, self.k_norm = qk_norm(), qk_norm()
         self.heads = cfg.n_heads
@@ -140,6 +144,19 @@ class Attention(eqx.Module):
         q, k = rotate(q, k, positions)
         return q, k, jnp.swapaxes(v.reshape(*v.shape[:-1], self.kv_heads, -1), -3, -2)
 
+    def output(
+        self, x: Float[Array, "*B L D"], heads: Float[Array, "*B H L Dh"]
+    ) -> Float[Array, "*B L D"]:
+        """The layer's output from the heads' attention outputs: each head's output times the
+        variant's sigmoid gate of the attention input `x` (when it has one), then the output
+        projection."""
+        out = jnp.swapaxes(heads, -3, -2)  # (*B, L, H, Dh)
+        if self.gate is not None:
+            gate = self.gate(x)
+            gate = gate.reshape(*gate.shape[:-1], self.heads, -1)  # (*B, L, H, Dh or 1)
+            out = out * jax.nn.sigmoid(gate.astype(jnp.float32)).astype(out.dtype)
+        return self.o(out.reshape(*out.shape[:-2], -1))
+
     def __call__(
         self,
         x: Float[Array, "*B L D"],
@@ -167,5 +184,4 @@ class Attention(eqx.Module):
             window=layer.window,
             row_scale=self.row_scale(positions, layer, temperature),
         )
-        out = jnp.swapaxes(out, -3, -2)
-        return self.o(out.reshape(*out.shape[:-2], -1))
+        return self.output(x, out)

@@ -116,7 +116,8 @@ class ModelConfig:
     `scalable_softmax`: Scalable-Softmax (Nakanishi 2025): each query's logits times
     s_h log(n), n the number of keys it attends, s learned per head and layer (initialised to
     1 / log(L_train), so the last training position starts at temperature 1).
-    `attention_fn`: what attention computes (`registry.ATTENTION_FNS`: `softmax`, `sinks`; its
+    `attention_fn`: what attention computes (`registry.ATTENTION_FNS`: `softmax`, `sinks`,
+    `gated`, `gated_head`; its
     own fields under its name), as opposed to `attention`, how it is computed.
     `family`: the network (`registry.MODELS`: `transformer`, `cnn`), its own typed fields
     `arch` under its name (`model.cnn.kernel_size`); the fields above it has no use for are

@@ -49,10 +49,10 @@ def _block(static: Block, r_params: Block, i: int) -> Block:
     return eqx.combine(jax.tree.map(lambda a: a[i], r_params), static)
 
 
-def _rest_of_block(block: Block, h: Array, heads: Float[Array, "H L Dh"]) -> Array:
-    """The block after attention: output projection of the heads' outputs, residual, MLP."""
-    out = jnp.swapaxes(heads, -3, -2)
-    h = h + block.attn.o(out.reshape(*out.shape[:-2], -1))
+def _rest_of_block(block: Block, h: Array, x: Array, heads: Float[Array, "H L Dh"]) -> Array:
+    """The block after attention: the layer's output from the heads' outputs (`x` the
+    attention's input, for an output gate), residual, MLP."""
+    h = h + block.attn.output(x, heads)
     return h + block.mlp(block.mlp_norm(h))
 
 
@@ -106,7 +106,8 @@ def _forward_keeping_kv(
             block = _block(static, r_params, i)
             enc = model.encoding_of(i)
             a = block.attn
-            q, k, v = a.project(block.attn_norm(h), positions, _unrotated(enc, raw_keys))
+            attn_in = block.attn_norm(h)
+            q, k, v = a.project(attn_in, positions, _unrotated(enc, raw_keys))
             cached = _fold(k)
             if raw_keys:
                 q, k = _rotate_heads(enc, q, k, positions, positions)
@@ -114,7 +115,7 @@ def _forward_keeping_kv(
             out = attend(q, k, v, positions, enc, variant=a.variant, scale=a.scale,
                          implementation=a.implementation, window=kind.window,
                          row_scale=rows)  # fmt: skip
-            h = _rest_of_block(block, h, out)
+            h = _rest_of_block(block, h, attn_in, out)
             kept.append((cached, v))
         return h, tuple(kept)
 
@@ -198,7 +199,8 @@ def decode_step(
             enc = model.encoding_of(i)
             a = block.attn
             slot, shift, _, _, ordered_index, ordered_pos = books[i]
-            q, k, v = a.project(block.attn_norm(h), position[None], _unrotated(enc, rotate_cache))
+            attn_in = block.attn_norm(h)
+            q, k, v = a.project(attn_in, position[None], _unrotated(enc, rotate_cache))
             ks = r_kv[i][0].at[:, slot].set(_fold(k)[:, 0].astype(r_kv[i][0].dtype))
             vs = r_kv[i][1].at[:, slot].set(v[:, 0].astype(r_kv[i][1].dtype))
             kk, vv = jnp.roll(ks, -shift, axis=1), jnp.roll(vs, -shift, axis=1)
@@ -211,7 +213,7 @@ def decode_step(
             rows = None if rows is None else jnp.broadcast_to(rows, (a.heads, 1))
             out = attend_keys(q, kk, vv, position[None], ordered_pos, visible[None], enc,
                               variant=a.variant, scale=a.scale, row_scale=rows)  # fmt: skip
-            h = _rest_of_block(block, h, out)
+            h = _rest_of_block(block, h, attn_in, out)
             new.append((ks, vs))
         return h, tuple(new)
 

@@ -70,7 +70,7 @@ def param_group(path: str) -> str:
         # Scalable-Softmax's s scales q . k; an attention variant's arrays (sinks) act on it
         if after in (["q"], ["k"], ["ssmax"], ["variant"]):
             return "attention_qk"
-        if after in (["v"], ["o"]):
+        if after in (["v"], ["o"], ["gate"]):  # an output gate scales what v carries
             return "attention_vo"
     if "mlp" in parts:
         return "mlp"

@@ -11,6 +11,13 @@ the hooks are its methods on those arrays. Hooks, and the paths that call them:
   online-softmax state from it (running max = the prior, normaliser = 1) and its custom VJP
   returns the prior's gradient, -sum_i exp(prior - lse_i) delta_i per head, through
   `jax.vjp` of this hook; cuDNN cannot add it and refuses the variant (`fused_ok`).
+- `gate_features(model) -> int`: an output gate (gated attention). The layer owns a gate
+  projection `gate` (D -> gate_features, no bias, initialised by the model's parametrisation)
+  and multiplies each head's attention output by sigmoid(x W_gate) before the output projection,
+  x the attention's input: per head and dimension when gate_features = heads x head_dim
+  (element-wise), one scalar per head when it is heads (head-wise), none when 0. The gate acts
+  after attention, so every path (reference, blocked, cuDNN, cached decoding) computes it the
+  same way, in `Attention.output`.
 
 Softmax (`softmax`, the default) has no parameters and no prior: every path computes exactly
 what it computed before variants existed.
@@ -41,7 +48,12 @@ class AttentionFnConfig:
         return None
 
     def n_params(self, model: ModelConfig) -> int:
-        """Learned parameters per attention layer (`sweep plan`'s count)."""
+        """Learned parameters per attention layer besides its gate (`sweep plan`'s count; the
+        gate is a matmul, counted with the projections)."""
+        return 0
+
+    def gate_features(self, model: ModelConfig) -> int:
+        """Features of the output gate per token: heads x head_dim, heads, or 0 for none."""
         return 0
 
     def prior_logit(self, params: Any) -> Array | None:

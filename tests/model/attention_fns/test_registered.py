@@ -112,6 +112,6 @@ def test_the_variant_declares_its_parameter_count(name):
     model = make_model(cfg)
     assert estimate_cost(cfg)["n_params"] == count_params(model)
     plain = make_model(validate(tiny_trial(depth=2)))
-    assert count_params(model) - count_params(plain) == 2 * cfg.model.attention_options.n_params(
-        cfg.model
-    )
+    fn, m = cfg.model.attention_options, cfg.model
+    own = fn.n_params(m) + m.width * fn.gate_features(m)  # its arrays and its gate's matmul
+    assert count_params(model) - count_params(plain) == 2 * own
