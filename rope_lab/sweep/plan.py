@@ -21,7 +21,12 @@ from rope_lab.runtime.device_share import memory_fraction
 from rope_lab.sweep.spec import Resources
 from rope_lab.tasks import task_from_config
 from rope_lab.tasks.windows import window_count
-from rope_lab.trial.scaling_plan import finetune_scalings, position_sets, scalings_for
+from rope_lab.trial.scaling_plan import (
+    finetune_length,
+    finetune_scalings,
+    position_sets,
+    scalings_for,
+)
 from rope_lab.trial.stage_plan import trial_stages
 
 # A lazy trial's cost over a rich one's (`estimate_cost`; benchmarks/lazy_step.py): a train
@@ -257,12 +262,12 @@ def _memory(trial: TrialConfig, n_params: int, attention: bool) -> dict[str, int
 
 
 def finetune_runs(trial: TrialConfig) -> list[tuple[int, int]]:
-    """(length, position sets) of each fine-tuning run: factor x L_train under each fine-tuned
+    """(length, position sets) of each fine-tuning run: `finetune_length` under each fine-tuned
     scaling (`scaling_plan.finetune_scalings`); none without `eval.finetune_steps` or RoPE."""
     if not (trial.eval.finetune_steps and trial.model.supports_scaling):
         return []
-    length = trial.train.length
-    return [(round(s.factor * length), position_sets(trial, s)) for s in finetune_scalings(trial)]
+    runs = finetune_scalings(trial)
+    return [(finetune_length(trial, s), position_sets(trial, s)) for s in runs]
 
 
 def train_memory(

@@ -66,8 +66,26 @@ def same_frequencies(trained: Scaling, scaling: Scaling) -> bool:
 
 
 def eval_scaling(cfg: TrialConfig, method: str, factor: float) -> Scaling:
-    """One scaling method of the eval config at `factor`, with its (frozen) parameters."""
+    """One scaling method of the eval config at `factor`, with its (frozen) parameters; at
+    factor 1 for a method that recalibrates at the training length (the factor changes
+    nothing, so one stage stands for every factor)."""
+    if _recalibrates_at_train_length(method):
+        factor = 1.0
     return Scaling(method, factor, dict(cfg.eval.method_params).get(method, ()))
+
+
+def _recalibrates_at_train_length(method: str) -> bool:
+    from rope_lab.registry import SCALINGS  # JAX-free: scaling configs are plain data
+
+    return method in SCALINGS and SCALINGS[method].recalibrates_at_train_length
+
+
+def finetune_length(cfg: TrialConfig, scaling: Scaling) -> int:
+    """The length a stage fine-tunes at: factor x L_train, or L_train for a method that
+    recalibrates at the training length (DroPE)."""
+    if _recalibrates_at_train_length(scaling.method):
+        return cfg.train.length
+    return round(scaling.factor * cfg.train.length)
 
 
 def position_sets(cfg: TrialConfig, scaling: Scaling) -> int:

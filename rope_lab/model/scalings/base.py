@@ -84,6 +84,9 @@ class Scaling:
     not_in_hf: ClassVar[str] = ""
     # a relative-position remap (`scalings/remaps.py`): keeps the frequencies, remaps positions
     remaps: ClassVar[bool] = False
+    # fine-tuned (recalibrated) at the training length, whatever the factor, which then changes
+    # nothing: one stage at factor 1 stands for every factor (DroPE)
+    recalibrates_at_train_length: ClassVar[bool] = False
 
     def check(
         self, rotary_dim: int, *, theta: float, factor: float, original_length: int | None
