@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from rope_lab.cli_args import positive_float
 from rope_lab.runtime.allocator import reexec_tuned
 
 
@@ -163,7 +164,7 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument("spec", type=Path)
     p.add_argument(
         "--flops",
-        type=float,
+        type=positive_float,
         default=20e9,
         help="sustained FLOP/s assumed for the time column (default 20e9)",
     )
