@@ -64,6 +64,8 @@ def _cmd_sweep_run(args: argparse.Namespace) -> int:
     from rope_lab.sweep.report import failure_lines, next_steps, summary_table
     from rope_lab.sweep.runner import run_sweep
 
+    for warning in spec.warnings:
+        print(f"warning: {warning}", flush=True)
     print(
         f"sweep {spec.name}: {len(spec.trials)} trials -> {Path(args.out) / spec.name}", flush=True
     )

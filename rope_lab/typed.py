@@ -6,7 +6,8 @@ pairs (`Params`) so every config is hashable. A *variant field* holds the typed 
 registered variant another field names (`model.position.options`, chosen by
 `model.position.kind`): in mappings its fields sit under the variant's name
 (`model.position.rope.theta`), and sub-mappings of other registered variants are type-checked
-and dropped, so a grid over kinds x RoPE fields gives each non-RoPE trial once.
+and dropped, so a grid over kinds x RoPE fields gives each non-RoPE trial once
+(`unselected_blocks` finds them: a trial file refuses them, a sweep names them).
 Errors are `ConfigError`s that name the key path, the bad value and the allowed values.
 Every float (of every section, variant and parameter mapping) must be finite: nan, inf and
 -inf are refused naming the key, except +inf in a field declared `infinite=True`
@@ -325,6 +326,35 @@ def from_dict(cls: type[T], data: Mapping[str, Any], path: str = "") -> T:
                 siblings = {tag: data.get(tag, _field_default(by_name[tag]))} if tag else {}
                 kwargs[key] = _check_params_field(by_name[key], value, siblings, key_path)
     return cls(**kwargs)
+
+
+def unselected_blocks(cls: type, data: Any, path: str = "") -> list[tuple[str, str, Any]]:
+    """(block path, tag path, chosen variant) of each non-empty sub-mapping of `data` for a
+    registered variant its tag does not choose (`model.position.rope` under
+    `model.position.kind: alibi`), at any depth: what `from_dict` checks and drops."""
+    if not isinstance(data, Mapping):
+        return []
+    hints = typing.get_type_hints(cls)
+    by_name = {f.name: f for f in dataclasses.fields(cls)}
+    out = []
+    for f in by_name.values():
+        if "registry" in f.metadata:
+            registry, tag = f.metadata["registry"], f.metadata["tag"]
+            chosen = data.get(tag, _field_default(by_name[tag]))
+            for name in (n for n in registry.names() if data.get(n)):
+                if name == chosen:
+                    out += unselected_blocks(registry[name], data[name], _join(path, name))
+                else:
+                    out.append((_join(path, name), _join(path, tag), chosen))
+        elif f.name in data:
+            hint, value = hints[f.name], data[f.name]
+            if (nested := nested_dataclass(hint)) is not None:
+                out += unselected_blocks(nested, value, _join(path, f.name))
+            elif typing.get_origin(hint) is tuple and isinstance(value, list | tuple):
+                inner = nested_dataclass(typing.get_args(hint)[0])
+                for i, item in enumerate(value if inner is not None else ()):
+                    out += unselected_blocks(inner, item, f"{_join(path, f.name)}[{i}]")  # type: ignore[arg-type]
+    return out
 
 
 def _field_default(f: dataclasses.Field) -> Any:

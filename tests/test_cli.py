@@ -58,7 +58,7 @@ def test_train_prints_bits_per_byte_beside_the_loss_of_a_text_model(tmp_path, ca
     trial = replace(
         trial,
         **{"task.params": (("path", "builtin:python-docs"),), "eval.methods": (),
-           "ntk.enabled": False},
+           "eval.factors": (), "ntk.enabled": False},
     )  # fmt: skip
     path = tmp_path / "text.yaml"
     path.write_text(yaml.safe_dump(to_dict(trial)))
@@ -211,3 +211,20 @@ def test_numbers_in_range_parse_to_their_values():
     assert args.limit == 0
     args = build_parser().parse_args(["sweep", "plan", "s.yaml", "--flops", "1e9"])
     assert args.flops == 1e9
+
+
+def test_sweep_run_prints_the_plans_warnings_before_it_starts(tmp_path, monkeypatch, capsys):
+    from rope_lab.sweep import runner
+    from tests.sweep.conftest import write_spec
+
+    spec_path = write_spec(tmp_path, scaling={"methods": ["linear"], "factors": [2]})
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "run_sweep", stop)
+    assert main(["sweep", "run", str(spec_path), "--out", str(tmp_path / "runs")]) == 130
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "warning: scaling: skipped by 1 of 2 trials, because there are no RoPE scalings under "
+        "model.position.kind 'alibi' (1)"
+    )

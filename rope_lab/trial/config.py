@@ -24,6 +24,14 @@ ANY_PROTOCOL = "any"
 REGIMES = ("rich", "lazy")
 LAZY_ATTENTION = ("auto", "reference")
 FINE_TUNED = Unlabelled("fine-tuned rows are labelled by their method, factor and steps")
+# the RoPE evaluation stages: used only by an encoding that `supports_scaling`
+SCALING_KEYS = (
+    "eval.methods",
+    "eval.factors",
+    "eval.finetune_steps",
+    "eval.finetune_methods",
+    "eval.finetune_factors",
+)
 
 
 @dataclass(frozen=True)
