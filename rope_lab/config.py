@@ -154,10 +154,13 @@ def unused_settings(data: Mapping, cfg: TrialConfig) -> list[tuple[str, str, str
     ]
     written = data.get("eval")
     if not cfg.model.supports_scaling and isinstance(written, Mapping):
-        for name in (k.removeprefix("eval.") for k in SCALING_KEYS if k[5:] in written):
+        for key in SCALING_KEYS:
+            name = key.removeprefix("eval.")
+            if name not in written:
+                continue
             value = getattr(from_dict(EvalConfig, {name: written[name]}), name)
             if value and value != getattr(EvalConfig(), name):
-                out.append((f"eval.{name}", *no_scalings(cfg)))
+                out.append((key, *no_scalings(cfg)))
     return out
 
 

@@ -164,6 +164,11 @@ def test_width_grows_heads_at_fixed_head_dim():
             "model.position.kind 'alibi'; remove it",
         ),
         (
+            {"model": {"family": "cnn"}, "eval": {"methods": ["yarn"]}},
+            "eval.methods: not used, because there are no RoPE scalings under "
+            "model.family 'cnn'; remove it",
+        ),
+        (
             {"model": {"position": {"kind": "learned"}}, "eval": {"finetune_steps": 10}},
             "eval.finetune_steps: not used, because there are no RoPE scalings under "
             "model.position.kind 'learned'; remove it",
