@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from rope_lab.cli_args import positive_float
 from rope_lab.runtime.allocator import reexec_tuned
 
 
@@ -63,6 +64,8 @@ def _cmd_sweep_run(args: argparse.Namespace) -> int:
     from rope_lab.sweep.report import failure_lines, next_steps, summary_table
     from rope_lab.sweep.runner import run_sweep
 
+    for warning in spec.warnings:
+        print(f"warning: {warning}", flush=True)
     print(
         f"sweep {spec.name}: {len(spec.trials)} trials -> {Path(args.out) / spec.name}", flush=True
     )
@@ -163,7 +166,7 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument("spec", type=Path)
     p.add_argument(
         "--flops",
-        type=float,
+        type=positive_float,
         default=20e9,
         help="sustained FLOP/s assumed for the time column (default 20e9)",
     )

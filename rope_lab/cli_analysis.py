@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
+from rope_lab.cli_args import non_negative_int, positive_float
+
 __all__ = ["add_commands", "cmd_plot", "cmd_results", "load_table", "write_table"]
 
 RESULT_TABLES: Final = ("eval", "ntk", "train", "trials")
@@ -362,7 +364,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--output", type=Path, metavar="FILE", help="write to FILE, not stdout")
     p.add_argument("--buckets", action="store_true", help="eval: also the per-position-bucket rows")
     p.add_argument(
-        "--limit", type=int, default=60, help="table format: rows shown (default 60, 0 = all)"
+        "--limit",
+        type=non_negative_int,
+        default=60,
+        help="table format: rows shown (default 60, 0 = all)",
     )
     p.set_defaults(func=_guard(cmd_results))
 
@@ -382,11 +387,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                    "task.name,model.position.kind; '' for one fit)")  # fmt: skip
     p.add_argument("--n", default="n_params_non_embedding", metavar="COL",
                    help="size column (default n_params_non_embedding; or n_params)")  # fmt: skip
-    p.add_argument("--length-ratio", type=float, default=1.0, help="default 1 (L_train)")
+    p.add_argument("--length-ratio", type=positive_float, default=1.0, help="default 1 (L_train)")
     p.add_argument("--metric", choices=("loss", "bits_per_byte"),
                    help="L: loss (nats per token) or bits_per_byte (text tasks); default "
                    "bits_per_byte when every trial has it, else loss")  # fmt: skip
-    p.add_argument("--n-boot", type=int, default=200, help="bootstrap refits (default 200)")
+    p.add_argument("--n-boot", type=non_negative_int, default=200,
+                   help="bootstrap refits (default 200; 0: no intervals)")  # fmt: skip
     p.add_argument("--format", choices=FORMATS, default="table", help="table, csv, parquet, json")
     p.add_argument("--output", type=Path, metavar="FILE", help="write to FILE, not stdout")
     p.set_defaults(func=_guard(cmd_loss_law))

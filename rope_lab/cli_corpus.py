@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from rope_lab.cli_args import fraction
+
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
     from rope_lab.corpus import CorpusError, prepare
@@ -64,7 +66,7 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     split.add_argument("--eval", nargs="+", metavar="SOURCE", help="held-out sources")
     split.add_argument(
         "--eval-fraction",
-        type=float,
+        type=fraction,
         help="hold out the last documents holding this fraction of the text (default 0.1)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -38,6 +38,7 @@ from rope_lab.trial import ids
 from rope_lab.trial.config import (
     ANY_PROTOCOL,
     DECODE_PROTOCOLS,
+    SCALING_KEYS,
     DecodeConfig,
     EvalConfig,
     TrainConfig,
@@ -140,16 +141,53 @@ def validate(cfg: TrialConfig) -> TrialConfig:
     return cfg
 
 
-def load_trial(path: str | Path) -> TrialConfig:
-    """Read a trial YAML file into a validated TrialConfig; errors name the file."""
+def unused_settings(data: Mapping, cfg: TrialConfig) -> list[tuple[str, str, str]]:
+    """(dotted key, why, the value that makes it so) of each setting the trial mapping `data`
+    writes that its trial `cfg` does not use: a variant's block its tag does not select
+    (`typed.unselected_blocks`: `model.position.rope` under `kind: alibi`), and a RoPE
+    evaluation key (`SCALING_KEYS`) set non-empty and off its default (a saved config writes
+    the defaults) on a model without RoPE scalings (`ModelConfig.supports_scaling`). The
+    reason reads "{why} {value!r}"."""
+    out = [
+        (block, f"{tag} is", chosen)
+        for block, tag, chosen in typed.unselected_blocks(TrialConfig, data)
+    ]
+    written = data.get("eval")
+    if not cfg.model.supports_scaling and isinstance(written, Mapping):
+        for key in SCALING_KEYS:
+            name = key.removeprefix("eval.")
+            if name not in written:
+                continue
+            value = getattr(from_dict(EvalConfig, {name: written[name]}), name)
+            if value and value != getattr(EvalConfig(), name):
+                out.append((key, *no_scalings(cfg)))
+    return out
+
+
+def no_scalings(cfg: TrialConfig) -> tuple[str, str]:
+    """What keeps a model from RoPE scalings, as (why, value): its family, or its encoding."""
+    if not cfg.model.arch.supports_scaling:
+        return "there are no RoPE scalings under model.family", cfg.model.family
+    return "there are no RoPE scalings under model.position.kind", cfg.model.position.kind
+
+
+def load_trial(path: str | Path, *, saved: bool = False) -> TrialConfig:
+    """Read a trial YAML file into a validated TrialConfig; errors name the file. A setting
+    the trial does not use (`unused_settings`) is refused, unless `saved`: a config rope_lab
+    wrote, which holds every field, unused defaults included."""
     path = Path(path)
     data = read_yaml(path) or {}
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     try:
-        return validate(from_dict(TrialConfig, data))
+        cfg = validate(from_dict(TrialConfig, data))
+        unused = [] if saved else unused_settings(data, cfg)
+        if unused:
+            key, why, value = unused[0]
+            raise ConfigError(f"{key}: not used, because {why} {value!r}; remove it")
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from None
+    return cfg
 
 
 __all__ = [

@@ -15,7 +15,9 @@ Every field of every config section and registered variant is made by `identity(
   by a checkpoint's config.json; only one value in the Llama family, so export refuses any
   other naming the field; or not part of a checkpoint);
 - `needs` (model fields): the model-family capability the field needs (`"attention"`); a
-  family without it rejects the field off its default, naming it (`FamilyConfig.check`).
+  family without it rejects the field off its default, naming it (`FamilyConfig.check`);
+- `infinite=True` (float fields): +inf is a meaningful value ("no limit": `train.clip_norm`
+  .inf clips nothing); every other float refuses nan and infinities (`rope_lab.typed`).
 
 The rest of rope_lab reads these declarations; no other list of fields exists.
 `undeclared(cls)` names the fields of a config class without a role, and the missing parts
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 ROLE: Final = "role"  # the key of a field's role in its dataclass metadata
+INFINITE: Final = "infinite"  # metadata key: a float field that takes +inf (`identity`)
 
 
 class _Nothing:
@@ -120,10 +123,12 @@ def identity(
     label: Label | Unlabelled | str | None = None,
     export: Export | Undeclared = UNDECLARED,
     needs: str | Undeclared | None = UNDECLARED,
+    infinite: bool = False,
 ) -> Any:
     """A dataclass field that decides what a trial computes (module docstring)."""
     role = Role(True, neutral, label, export, needs)
-    return dataclasses.field(default=default, default_factory=factory, metadata={ROLE: role})
+    metadata = {ROLE: role, INFINITE: infinite}
+    return dataclasses.field(default=default, default_factory=factory, metadata=metadata)
 
 
 def execution(

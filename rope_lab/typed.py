@@ -6,21 +6,26 @@ pairs (`Params`) so every config is hashable. A *variant field* holds the typed 
 registered variant another field names (`model.position.options`, chosen by
 `model.position.kind`): in mappings its fields sit under the variant's name
 (`model.position.rope.theta`), and sub-mappings of other registered variants are type-checked
-and dropped, so a grid over kinds x RoPE fields gives each non-RoPE trial once.
+and dropped, so a grid over kinds x RoPE fields gives each non-RoPE trial once
+(`unselected_blocks` finds them: a trial file refuses them, a sweep names them).
 Errors are `ConfigError`s that name the key path, the bad value and the allowed values.
+Every float (of every section, variant and parameter mapping) must be finite: nan, inf and
+-inf are refused naming the key, except +inf in a field declared `infinite=True`
+(`rope_lab.roles`), where it means "no limit".
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from collections.abc import Mapping
 from typing import Any
 
 from rope_lab.registry import Registry, UnknownName
-from rope_lab.roles import ROLE, Role, role_of
+from rope_lab.roles import INFINITE, ROLE, Role, role_of
 
 Params = tuple[tuple[str, Any], ...]
 T = typing.TypeVar("T")
@@ -84,11 +89,12 @@ def check_params(variant: type, data: Mapping[str, Any], path: str) -> Params:
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: expected a mapping of parameters, got {data!r}")
     hints = typing.get_type_hints(variant)
-    allowed = [f.name for f in dataclasses.fields(variant) if f.init]
+    by_name = {f.name: f for f in dataclasses.fields(variant) if f.init}
+    allowed = list(by_name)
     for key, value in data.items():
         if key not in allowed:
             raise ConfigError(unknown_key_message(str(key), allowed, _join(path, str(key))))
-        _coerce(value, hints[key], _join(path, str(key)))
+        _coerce(value, hints[key], _join(path, str(key)), infinite_allowed(by_name[key]))
     return freeze(data)
 
 
@@ -221,7 +227,20 @@ def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
-def _coerce(value: Any, tp: Any, path: str) -> Any:
+def infinite_allowed(f: dataclasses.Field) -> bool:
+    """Whether a float field takes +inf (declared `infinite=True`, `rope_lab.roles`)."""
+    return bool(f.metadata.get(INFINITE, False))
+
+
+def _finite(number: float, path: str, value: Any, infinite: bool) -> float:
+    """`number`, unless it is nan or an infinity (+inf passes where `infinite`)."""
+    if math.isfinite(number) or (infinite and number == math.inf):
+        return number
+    wanted = "a finite number or .inf" if infinite else "a finite number"
+    raise ConfigError(f"{path}: expected {wanted}, got {value!r}")
+
+
+def _coerce(value: Any, tp: Any, path: str, infinite: bool = False) -> Any:
     if tp == Params:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{path}: expected a mapping of parameters, got {value!r}")
@@ -239,22 +258,24 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
         (inner, *_) = typing.get_args(tp)
         if not isinstance(value, list | tuple):
             value = [value]
-        return tuple(_coerce(v, inner, f"{path}[{i}]") for i, v in enumerate(value))
+        return tuple(_coerce(v, inner, f"{path}[{i}]", infinite) for i, v in enumerate(value))
     if tp is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{path}: expected true or false, got {value!r}")
         return value
     if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+        whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        if isinstance(value, bool) or not whole:
             raise ConfigError(f"{path}: expected an integer, got {value!r}")
         return int(value)
     if tp is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            try:
-                return float(value)
-            except (TypeError, ValueError):
-                raise ConfigError(f"{path}: expected a number, got {value!r}") from None
-        return float(value)
+        if isinstance(value, bool):
+            raise ConfigError(f"{path}: expected a number, got {value!r}")
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{path}: expected a number, got {value!r}") from None
+        return _finite(number, path, value, infinite)
     if tp is str:
         if not isinstance(value, str):
             raise ConfigError(f"{path}: expected a string, got {value!r}")
@@ -299,12 +320,41 @@ def from_dict(cls: type[T], data: Mapping[str, Any], path: str = "") -> T:
         if key not in names:
             raise ConfigError(unknown_key_message(str(key), names, key_path))
         if key in hints:
-            kwargs[key] = _coerce(value, hints[key], key_path)
+            kwargs[key] = _coerce(value, hints[key], key_path, infinite_allowed(by_name[key]))
             if "params_of" in by_name[key].metadata:
                 tag = by_name[key].metadata["tag"]
                 siblings = {tag: data.get(tag, _field_default(by_name[tag]))} if tag else {}
                 kwargs[key] = _check_params_field(by_name[key], value, siblings, key_path)
     return cls(**kwargs)
+
+
+def unselected_blocks(cls: type, data: Any, path: str = "") -> list[tuple[str, str, Any]]:
+    """(block path, tag path, chosen variant) of each non-empty sub-mapping of `data` for a
+    registered variant its tag does not choose (`model.position.rope` under
+    `model.position.kind: alibi`), at any depth: what `from_dict` checks and drops."""
+    if not isinstance(data, Mapping):
+        return []
+    hints = typing.get_type_hints(cls)
+    by_name = {f.name: f for f in dataclasses.fields(cls)}
+    out = []
+    for f in by_name.values():
+        if "registry" in f.metadata:
+            registry, tag = f.metadata["registry"], f.metadata["tag"]
+            chosen = data.get(tag, _field_default(by_name[tag]))
+            for name in (n for n in registry.names() if data.get(n)):
+                if name == chosen:
+                    out += unselected_blocks(registry[name], data[name], _join(path, name))
+                else:
+                    out.append((_join(path, name), _join(path, tag), chosen))
+        elif f.name in data:
+            hint, value = hints[f.name], data[f.name]
+            if (nested := nested_dataclass(hint)) is not None:
+                out += unselected_blocks(nested, value, _join(path, f.name))
+            elif typing.get_origin(hint) is tuple and isinstance(value, list | tuple):
+                inner = nested_dataclass(typing.get_args(hint)[0])
+                for i, item in enumerate(value if inner is not None else ()):
+                    out += unselected_blocks(inner, item, f"{_join(path, f.name)}[{i}]")  # type: ignore[arg-type]
+    return out
 
 
 def _field_default(f: dataclasses.Field) -> Any:

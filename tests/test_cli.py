@@ -58,7 +58,7 @@ def test_train_prints_bits_per_byte_beside_the_loss_of_a_text_model(tmp_path, ca
     trial = replace(
         trial,
         **{"task.params": (("path", "builtin:python-docs"),), "eval.methods": (),
-           "ntk.enabled": False},
+           "eval.factors": (), "ntk.enabled": False},
     )  # fmt: skip
     path = tmp_path / "text.yaml"
     path.write_text(yaml.safe_dump(to_dict(trial)))
@@ -137,3 +137,94 @@ def test_sweep_run_names_failures_and_the_run_directory(tmp_path, monkeypatch, c
     assert main(["results", str(run_dir), "--table", "trials"]) == 0
     assert main(["results", str(out), "--table", "trials", "--format", "csv"]) == 0
     assert capsys.readouterr().out.count("tiny") >= 2
+
+
+def _actions(parser):
+    """Every argument of the `rope-lab` parser and its subcommands, as (command, action)."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                for command, inner in _actions(sub):
+                    yield f"{name} {command}".strip(), inner
+        else:
+            yield "", action
+
+
+def test_no_number_argument_is_read_without_a_range_check():
+    from rope_lab import cli_args
+    from rope_lab.cli import build_parser
+
+    actions = list(_actions(build_parser()))
+    checked = {f"{c} {a.option_strings[0]}": a.type.__name__ for c, a in actions
+               if getattr(a.type, "__module__", None) == cli_args.__name__}  # fmt: skip
+    assert not [(c, a.dest) for c, a in actions if a.type in (int, float)]
+    assert checked == {
+        "sweep plan --flops": "positive_float",
+        "results --limit": "non_negative_int",
+        "loss-law --length-ratio": "positive_float",
+        "loss-law --n-boot": "non_negative_int",
+        "claims --min-seeds": "positive_int",
+        "claims --n-boot": "positive_int",
+        "corpus prepare --eval-fraction": "fraction",
+    }
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["claims", "r", "--min-seeds", "0"],
+         "argument --min-seeds: must be an integer >= 1, got '0'"),
+        (["claims", "r", "--min-seeds", "-2"],
+         "argument --min-seeds: must be an integer >= 1, got '-2'"),
+        (["claims", "r", "--n-boot", "1.5"],
+         "argument --n-boot: must be an integer >= 1, got '1.5'"),
+        (["results", "r", "--limit", "-1"], "argument --limit: must be an integer >= 0, got '-1'"),
+        (["loss-law", "r", "--n-boot", "-3"],
+         "argument --n-boot: must be an integer >= 0, got '-3'"),
+        (["loss-law", "r", "--length-ratio", "0"],
+         "argument --length-ratio: must be a finite number > 0, got '0'"),
+        (["sweep", "plan", "s.yaml", "--flops", "nan"],
+         "argument --flops: must be a finite number > 0, got 'nan'"),
+        (["sweep", "plan", "s.yaml", "--flops", "inf"],
+         "argument --flops: must be a finite number > 0, got 'inf'"),
+        (["corpus", "prepare", "a", "--out", "o", "--tokenizer", "bytes", "--eval-fraction", "1"],
+         "argument --eval-fraction: must be a number in (0, 1), got '1'"),
+    ],
+)  # fmt: skip
+def test_a_number_out_of_range_stops_the_parse_naming_the_option(argv, error, capsys):
+    from rope_lab.cli import build_parser
+
+    with pytest.raises(SystemExit) as stop:
+        build_parser().parse_args(argv)
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f": error: {error}")
+
+
+def test_numbers_in_range_parse_to_their_values():
+    from rope_lab.cli import build_parser
+
+    args = build_parser().parse_args(["claims", "r", "--min-seeds", "1", "--n-boot", "5"])
+    assert (args.min_seeds, args.n_boot) == (1, 5)
+    args = build_parser().parse_args(["results", "r", "--limit", "0"])
+    assert args.limit == 0
+    args = build_parser().parse_args(["sweep", "plan", "s.yaml", "--flops", "1e9"])
+    assert args.flops == 1e9
+
+
+def test_sweep_run_prints_the_plans_warnings_before_it_starts(tmp_path, monkeypatch, capsys):
+    from rope_lab.sweep import runner
+    from tests.sweep.conftest import write_spec
+
+    spec_path = write_spec(tmp_path, scaling={"methods": ["linear"], "factors": [2]})
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "run_sweep", stop)
+    assert main(["sweep", "run", str(spec_path), "--out", str(tmp_path / "runs")]) == 130
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "warning: scaling: skipped by 1 of 2 trials, because there are no RoPE scalings under "
+        "model.position.kind 'alibi' (1)"
+    )

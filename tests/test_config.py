@@ -144,3 +144,54 @@ def test_width_grows_heads_at_fixed_head_dim():
     assert (cfg.model.n_heads, cfg.model.d_head) == (4, 16)
     explicit = dataclasses.replace(cfg.model, heads=2, head_dim=None)
     assert (explicit.n_heads, explicit.d_head) == (2, 32)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"model": {"position": {"kind": "alibi", "rope": {"theta": 500.0}}}},
+            "model.position.rope: not used, because model.position.kind is 'alibi'; remove it",
+        ),
+        (
+            {"model": {"layers": [{"position": {"kind": "none", "xpos": {"gamma": 0.4}}}]}},
+            "model.layers[0].position.xpos: not used, because model.layers[0].position.kind "
+            "is 'none'; remove it",
+        ),
+        (
+            {"model": {"position": {"kind": "alibi"}}, "eval": {"methods": ["yarn"]}},
+            "eval.methods: not used, because there are no RoPE scalings under "
+            "model.position.kind 'alibi'; remove it",
+        ),
+        (
+            {"model": {"family": "cnn"}, "eval": {"methods": ["yarn"]}},
+            "eval.methods: not used, because there are no RoPE scalings under "
+            "model.family 'cnn'; remove it",
+        ),
+        (
+            {"model": {"position": {"kind": "learned"}}, "eval": {"finetune_steps": 10}},
+            "eval.finetune_steps: not used, because there are no RoPE scalings under "
+            "model.position.kind 'learned'; remove it",
+        ),
+    ],
+)
+def test_a_trial_file_setting_its_trial_does_not_use_is_refused(tmp_path, data, message):
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as err:
+        load_trial(path)
+    assert str(err.value) == f"{path}: {message}"
+    load_trial(path, saved=True)  # a config rope_lab saved: every field, unused or not
+
+
+def test_a_trial_file_keeps_what_its_encoding_uses(tmp_path):
+    path = tmp_path / "t.yaml"
+    for data in (
+        {"model": {"position": {"kind": "rope", "rope": {"theta": 500.0}}}},
+        {"model": {"position": {"kind": "alibi"}}, "eval": {"methods": []}},
+        {"model": {"position": {"kind": "alibi", "rope": {}}}},
+        # every field written, the evaluation's at their defaults: a saved config, copied
+        to_dict(from_dict(TrialConfig, {"model": {"position": {"kind": "alibi"}}})),
+    ):
+        path.write_text(yaml.safe_dump(data))
+        assert load_trial(path) == from_dict(TrialConfig, data)

@@ -1,7 +1,8 @@
 """The text table `rope-lab sweep plan` prints: one line per trial (its swept values, parameter
 counts, devices, pack, stages, tokens, FLOPs, CPU time and memory, from `plan.estimate_cost` and
 `plan.trial_devices`) and a total line, then what each task asks Ray for, the trials that
-cannot train as asked and, with `pack_seeds`, each pack's seeds and the trials trained alone.
+cannot train as asked and, with `pack_seeds`, each pack's seeds and the trials trained alone;
+last, a `warning:` line for each setting some trials do not use (`SweepSpec.warnings`).
 """
 
 from __future__ import annotations
@@ -127,6 +128,7 @@ def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
         [
             intro, line(header), rule, *map(line, rows), rule, line(total),
             _resources_line(spec.resources, spec.pack_seeds), *problems, *_packing(packs),
+            *(f"warning: {w}" for w in spec.warnings),
         ]
     )  # fmt: skip
 

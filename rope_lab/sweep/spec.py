@@ -5,6 +5,7 @@ combined as a product); `zip` groups (keys that vary together, each group one pr
 `exclude` rules (partial assignments; a trial matching every key of a rule is dropped); and a
 `scaling` block that sets the RoPE evaluation stages (eval.methods / factors / finetune_steps) of
 RoPE trials and clears them for every other PE, so scaling never multiplies non-RoPE trials.
+A setting no trial uses is an error; one some trials skip, a warning (`sweep/unused.py`).
 `pack_seeds: true` trains trials that differ only in their seeds as one vmapped program
 (`rope_lab.trial.packing`), with the rows each writes alone.
 Everything is checked before any work; errors are `ConfigError`s that start with the file path.
@@ -36,16 +37,11 @@ from rope_lab.config import (
 )
 from rope_lab.results.columns import flatten_config
 from rope_lab.sweep.plain import canon, format_value, lookup, nest, set_dotted, unique
+from rope_lab.sweep.unused import Unused, apply_scaling, inactive_remaps, scaling_overlaps
+from rope_lab.trial.config import SCALING_KEYS
 from rope_lab.yaml_files import read_yaml
 
 NAME_PATTERN = re.compile(r"[a-z0-9_-]+")
-SCALING_KEYS = (
-    "eval.methods",
-    "eval.factors",
-    "eval.finetune_steps",
-    "eval.finetune_methods",
-    "eval.finetune_factors",
-)
 MAX_TRIAL_ERRORS = 5
 
 
@@ -99,6 +95,7 @@ class SweepSpec:
     axes: dict[str, tuple]  # varying keys -> their values, in axis order
     # train trials equal but for their seeds as one vmapped program (`rope_lab.trial.packing`)
     pack_seeds: bool = False
+    warnings: tuple[str, ...] = ()  # settings some trials do not use (`sweep/unused.py`)
 
 
 @dataclass
@@ -145,6 +142,7 @@ def parse_spec(data: Mapping, *, source: Path | None = None) -> SweepSpec:
     _check_overlaps(axes, top.scaling is not None, errors)
     if top.scaling is not None:
         _check_scaling(top.scaling, errors)
+        errors += scaling_overlaps(base, top.scaling)
     for f in dataclasses.fields(Resources):
         if getattr(top.resources, f.name) < 0:
             value = getattr(top.resources, f.name)
@@ -160,7 +158,9 @@ def parse_spec(data: Mapping, *, source: Path | None = None) -> SweepSpec:
     if errors:
         raise fail(errors)
 
-    trials, errors = _expand(top, base, axes, rules)
+    unused = Unused()
+    trials, errors = _expand(top, base, axes, rules, unused)
+    errors += [] if errors else unused.errors(top.scaling is not None)
     if errors:
         raise fail(errors)
     if not trials:
@@ -180,6 +180,7 @@ def parse_spec(data: Mapping, *, source: Path | None = None) -> SweepSpec:
         max_retries=top.max_retries,
         axes=varying,
         pack_seeds=top.pack_seeds,
+        warnings=(*unused.warnings(top.scaling is not None), *inactive_remaps(trials)),
     )
 
 
@@ -372,7 +373,7 @@ def _parse_excludes(
 
 
 def _expand(
-    top: _SpecFile, base: dict, axes: list[_Axis], rules: list[dict[str, str]]
+    top: _SpecFile, base: dict, axes: list[_Axis], rules: list[dict[str, str]], unused: Unused
 ) -> tuple[list[TrialConfig], list[str]]:
     """Product of the axes minus excluded points, validated and deduplicated by trial_id."""
     trials: dict[str, TrialConfig] = {}
@@ -395,7 +396,8 @@ def _expand(
             set_dotted(data, key, value)
         try:
             cfg = replace(from_dict(TrialConfig, data), name=top.name)
-            cfg = validate(_apply_scaling(cfg, top.scaling))
+            cfg = validate(apply_scaling(cfg, top.scaling))
+            unused.add(data, cfg)
         except ConfigError as err:
             failed += 1
             if failed <= MAX_TRIAL_ERRORS:
@@ -424,19 +426,6 @@ def _shared_model_error(first: TrialConfig, cfg: TrialConfig, plain: dict) -> st
         "evaluation; sweep training settings, and evaluate a second way with a second spec of "
         "the same name (it runs only the new evaluation stages)"
     )
-
-
-def _apply_scaling(cfg: TrialConfig, scaling: ScalingSpec | None) -> TrialConfig:
-    """Set the eval stages of a trial whose encoding `supports_scaling` (RoPE); clear them (no
-    scalings) for any other encoding."""
-    if scaling is None:
-        return cfg
-    if not cfg.model.supports_scaling:
-        cleared = {"eval.methods": (), "eval.factors": (), "eval.finetune_steps": 0}
-        cleared |= {"eval.finetune_methods": (), "eval.finetune_factors": ()}
-        return replace(cfg, **cleared)
-    changes = {f"eval.{f.name}": getattr(scaling, f.name) for f in dataclasses.fields(scaling)}
-    return replace(cfg, **{k: v for k, v in changes.items() if v is not None})
 
 
 __all__ = ["Resources", "ScalingSpec", "SweepSpec", "axis_assignments", "load_spec", "parse_spec"]

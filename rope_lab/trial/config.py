@@ -24,6 +24,14 @@ ANY_PROTOCOL = "any"
 REGIMES = ("rich", "lazy")
 LAZY_ATTENTION = ("auto", "reference")
 FINE_TUNED = Unlabelled("fine-tuned rows are labelled by their method, factor and steps")
+# the RoPE evaluation stages: used only by an encoding that `supports_scaling`
+SCALING_KEYS = (
+    "eval.methods",
+    "eval.factors",
+    "eval.finetune_steps",
+    "eval.finetune_methods",
+    "eval.finetune_factors",
+)
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,7 @@ class TrainConfig:
     `pose_target_length`: train with PoSE (Zhu et al. 2024): each sequence of `length` tokens
     is cut into `pose_chunks` chunks whose position ids are shifted by skips drawn uniformly,
     so they cover [0, pose_target_length) (None: contiguous positions 0..length-1).
+    `clip_norm`: the global gradient norm is clipped to it (.inf: never clipped).
     `regime`: `rich` trains the network; `lazy` trains its first-order Taylor expansion around
     initialisation, f(theta_0) + J(theta_0)(theta - theta_0) (`rope_lab.model.lazy`), with the
     same data, loss, optimiser and schedule (weight decay on theta, pulling it towards 0).
@@ -53,7 +62,7 @@ class TrainConfig:
     b1: float = identity(0.9)
     b2: float = identity(0.98)
     eps: float = identity(1e-8)
-    clip_norm: float = identity(1.0)
+    clip_norm: float = identity(1.0, infinite=True)  # .inf: no clipping
     seed: int = identity(0)
     log_every: int = identity(10)
     checkpoint_every: int = identity(0)

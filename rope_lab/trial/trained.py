@@ -20,7 +20,7 @@ def load_trained(trial_dir: str | Path) -> tuple[Any, TrialConfig]:
         raise ConfigError(f"{folder}: no {CONFIG_FILE}; not a trial folder")
     if not (folder / MODEL_FILE).is_file():
         raise ConfigError(f"{folder}: no {MODEL_FILE}; the trial has not finished training")
-    cfg = load_trial(folder / CONFIG_FILE)
+    cfg = load_trial(folder / CONFIG_FILE, saved=True)
     return read_leaves(folder / MODEL_FILE, make_model(cfg)), cfg
 
 

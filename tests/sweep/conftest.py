@@ -35,7 +35,8 @@ TINY = {
 
 
 def write_spec(folder: Path, **changes) -> Path:
-    """A copy of TINY with top-level or dotted `base.` changes, written as YAML."""
+    """A copy of TINY with top-level or dotted `base.` changes (None: the key removed),
+    written as YAML."""
     spec = copy.deepcopy(TINY)
     for key, value in changes.items():
         node = spec
@@ -43,6 +44,8 @@ def write_spec(folder: Path, **changes) -> Path:
         for p in parents:
             node = node.setdefault(p, {})
         node[last] = value
+        if value is None:
+            del node[last]
     path = folder / f"{spec['name']}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path

@@ -34,7 +34,7 @@ def _spec(tmp_path: Path) -> Path:
         tmp_path,
         name="killed",
         base__train=TRAIN,
-        scaling={"methods": []},
+        scaling=None,  # no RoPE trial to scale
         grid={"model.position.kind": ["alibi", "none"]},
     )
 

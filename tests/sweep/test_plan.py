@@ -181,7 +181,12 @@ def test_plan_table_shows_stages_and_ntk_flops() -> None:
         "6",
     )
     assert cell(rope, "NTK FLOPs") == "407M"  # 406_650_880, as counted by hand above
-    assert total.startswith("total (2 trials)") and lines[-1].startswith("devices: ")
+    assert total.startswith("total (2 trials)") and lines[-3].startswith("devices: ")
+    assert lines[-2:] == [
+        f"warning: eval.{key}: skipped by 1 of 2 trials, because there are no RoPE scalings "
+        "under model.position.kind 'alibi' (1)"
+        for key in ("methods", "factors")
+    ]
 
 
 def test_text_protocols_count_every_window_of_the_held_out_text(tmp_path) -> None:

@@ -65,6 +65,7 @@ def test_failed_trial_is_recorded_and_the_sweep_goes_on(tmp_path):
         tmp_path,
         base__task={"name": "lm_text", "vocab_size": 256, "params": {"path": str(text)}},
         grid={"model.position.kind": ["alibi", "none"]},
+        scaling=None,  # no RoPE trial to scale
     )
     spec = load_spec(spec_path)  # validated while the file exists
     bad = spec.trials[0]

@@ -338,8 +338,12 @@ def test_plan_table_lists_every_trial_and_a_total():
     assert lines[1].split()[:3] == ["trial", "kind", "width"]
     for trial in spec.trials:
         assert any(line.startswith(trial.trial_id) for line in lines)
-    assert lines[-2].startswith("total (4 trials)")
-    assert lines[-1].startswith("devices: each task asks for")
+    assert lines[-3].startswith("total (4 trials)")
+    assert lines[-2].startswith("devices: each task asks for")
+    assert lines[-1] == (
+        "warning: scaling: skipped by 2 of 4 trials, because there are no RoPE scalings under "
+        "model.position.kind 'learned' (2)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -416,3 +420,101 @@ def test_the_tokens_cpu_spec_loads_once_its_header_commands_ran(tmp_path, monkey
     assert spec.name == "tokens_cpu" and len(spec.trials) == 18
     paths = {dict(t.task.params)["path"] for t in spec.trials}
     assert paths == {_option(c, "--out") for c in commands}
+
+
+# -------------------------------------------------------------- settings trials do not use
+
+ROPE_BLOCK = {"model": {**BASE["model"], "position": {"rope": {"theta": 500.0}}}}
+SKIPPED_BY_ALIBI = "because model.position.kind is 'alibi'"
+NO_SCALINGS = "because there are no RoPE scalings under model.position.kind"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (  # a scaling block on an all-ALiBi grid
+            {"grid": {"model.position.kind": ["alibi"]}, "scaling": SCALING},
+            f"scaling: used by no trial, {NO_SCALINGS} 'alibi'; remove it",
+        ),
+        (
+            {"grid": {"model.position.kind": ["alibi", "learned"]}, "scaling": SCALING},
+            f"scaling: used by no trial, {NO_SCALINGS} 'alibi', 'learned'; remove it",
+        ),
+        (  # eval.methods written on an encoding without scalings
+            {
+                "base": {**BASE, "eval": {**BASE["eval"], "methods": ["yarn"]}},
+                "grid": {"model.position.kind": ["alibi"]},
+            },
+            f"eval.methods: used by no trial, {NO_SCALINGS} 'alibi'; remove it",
+        ),
+        (  # a RoPE block in the base of an ALiBi grid
+            {"base": {**BASE, **ROPE_BLOCK}, "grid": {"model.position.kind": ["alibi"]}},
+            f"model.position.rope: used by no trial, {SKIPPED_BY_ALIBI}; remove it",
+        ),
+        (  # a RoPE field swept while the base fixes ALiBi
+            {
+                "base": {**BASE, "model": {**BASE["model"], "position": {"kind": "alibi"}}},
+                "grid": {"model.position.rope.theta": [100, 1000]},
+            },
+            f"model.position.rope: used by no trial, {SKIPPED_BY_ALIBI}; remove it",
+        ),
+        (  # the scaling block would override the base's methods
+            {
+                "base": {**BASE, "eval": {**BASE["eval"], "methods": ["yarn"]}},
+                "grid": {"model.position.kind": ["rope"]},
+                "scaling": SCALING,
+            },
+            "base.eval.methods: set by the `scaling` block too; remove one of the two",
+        ),
+    ],
+)
+def test_a_setting_no_trial_uses_is_an_error_naming_its_key(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        parse_spec(spec_dict(**overrides))
+    assert str(err.value) == f"sweep spec: {message}"
+
+
+def test_a_setting_some_trials_skip_is_a_warning_naming_their_kinds():
+    base = {**BASE, **ROPE_BLOCK, "eval": {**BASE["eval"], "methods": ["yarn"]}}
+    grid = {"model.position.kind": ["rope", "alibi", "learned"], "model.width": [32, 64]}
+    spec = parse_spec(spec_dict(base=base, grid=grid))
+    assert spec.warnings == (
+        "model.position.rope: skipped by 4 of 6 trials, because model.position.kind is "
+        "'alibi' (2), 'learned' (2)",
+        f"eval.methods: skipped by 4 of 6 trials, {NO_SCALINGS} 'alibi' (2), 'learned' (2)",
+    )
+    rope = next(t for t in spec.trials if t.model.position.kind == "rope")
+    assert rope.model.position.options.theta == 500.0
+    assert parse_spec(spec_dict(grid={"model.position.kind": ["rope"]})).warnings == ()
+
+
+def _remap_spec(method: str, params: dict, multipliers: list) -> dict:
+    base = {**BASE, "eval": {**BASE["eval"], "length_multipliers": multipliers}}
+    base["eval"]["method_params"] = {method: params}
+    scaling = {"methods": [method], "factors": [2]}
+    return spec_dict(base=base, grid={"model.width": [32]}, scaling=scaling)
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "span"),
+    [
+        ("rerope", {"window": 32}, "window 32"),
+        ("self_extend", {"window": 32}, "window 32"),
+        ("string", {"shift": 32, "local_window": 2}, "shift 32"),
+        (
+            "dual_chunk",
+            {"chunk_size": 36, "local_window": 4},
+            "chunk (chunk_size - local_window) 32",
+        ),
+    ],
+)
+def test_a_remap_inactive_at_every_evaluated_length_is_named_in_the_plan(method, params, span):
+    """L_train 16, lengths up to 2 x 16 = 32: every pair is closer than the span 32."""
+    spec = parse_spec(_remap_spec(method, params, [0.5, 1, 2]))
+    warning = (
+        f"eval.methods: {method} at factor 2 is inactive at every evaluated length of 1 trial "
+        f"({span} >= the longest length 32): its rows repeat the model as trained"
+    )
+    assert spec.warnings == (warning,)
+    assert plan_table(spec).splitlines()[-1] == f"warning: {warning}"
+    assert parse_spec(_remap_spec(method, params, [0.5, 1, 2, 2.0625])).warnings == ()

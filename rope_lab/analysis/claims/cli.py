@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from rope_lab.cli_args import positive_int
+
 
 def _cmd_claims(args: argparse.Namespace) -> int:
     from rope_lab.analysis.claims import format_verdicts, judge
@@ -41,11 +43,13 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--claim", action="append", help="judge only this claim (repeatable)")
     p.add_argument(
         "--min-seeds",
-        type=int,
+        type=positive_int,
         default=2,
         help="seeds an arm needs for a verdict (default 2; 1 judges single seeds on their "
         "point values, without an interval)",
     )
-    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    p.add_argument(
+        "--n-boot", type=positive_int, default=2000, help="bootstrap resamples (default 2000)"
+    )
     p.add_argument("--output", type=Path, default=None, help="write to this file, not stdout")
     p.set_defaults(func=_cmd_claims)

@@ -25,6 +25,12 @@ class Chunks(PositionSets):
     chunk_size: int
     local_window: int
     n_sets = 3
+    exact_below_name = "chunk (chunk_size - local_window)"
+
+    @property
+    def exact_below(self) -> int:
+        """The chunk c: positions below it are all in the first chunk, at p mod c = p."""
+        return self.chunk
 
     @property
     def chunk(self) -> int:

@@ -36,6 +36,13 @@ class PositionSets:
     """
 
     n_sets: ClassVar[int]
+    exact_below_name: ClassVar[str]  # what `exact_below` is, in the method's parameters
+
+    @property
+    def exact_below(self) -> int:
+        """The longest sequence length at which every causal pair is scored in set 0 at its
+        exact relative position: up to it the remap changes nothing."""
+        raise NotImplementedError
 
     def query_positions(self, p: Any) -> list[Any]:
         """S arrays like `p` (..., L): each query's position in set s (float32)."""

@@ -24,6 +24,12 @@ class Clamped(PositionSets):
     window: int
     slope: float
     n_sets = 2
+    exact_below_name = "window"
+
+    @property
+    def exact_below(self) -> int:
+        """The window: pairs closer than it are exact."""
+        return self.window
 
     def query_positions(self, p: Any) -> list[Any]:
         """Exact; and w + slope (p - w) (ReRoPE, slope 0: w)."""

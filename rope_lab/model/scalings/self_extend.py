@@ -23,6 +23,12 @@ class Grouped(PositionSets):
     group: int
     window: int
     n_sets = 2
+    exact_below_name = "window"
+
+    @property
+    def exact_below(self) -> int:
+        """The neighbour window W: pairs closer than it are exact."""
+        return self.window
 
     def query_positions(self, p: Any) -> list[Any]:
         """Exact; and floor(p / G) + W - floor(W / G)."""

@@ -23,6 +23,12 @@ class Shifted(PositionSets):
     shift: int
     local_window: int
     n_sets = 2
+    exact_below_name = "shift"
+
+    @property
+    def exact_below(self) -> int:
+        """The shift S: pairs closer than it are exact."""
+        return self.shift
 
     def query_positions(self, p: Any) -> list[Any]:
         """Exact; and p - S + W."""

@@ -336,3 +336,24 @@ def test_bad_parameters_are_refused_naming_the_key(fields, match) -> None:
 def test_a_remap_is_not_a_training_scaling() -> None:
     with pytest.raises(ConfigError, match=r"model.position.rope.scaling: 'rerope' remaps"):
         validate(tiny_trial("rope", scaling="rerope"))
+
+
+def _first_changed_length(sets, longest: int = 400) -> int:
+    """Brute force: the shortest length at which some causal pair leaves set 0 or its exact
+    relative position (`longest` + 1 if none does up to `longest`)."""
+    p = np.arange(longest, dtype=np.float32)
+    q, k = pairs(p)
+    causal = q >= k
+    changed = causal & ((sets.choice(p, p) != 0) | (sets.relative(p, p) != q - k))
+    rows = np.nonzero(changed.any(axis=1))[0]
+    return int(rows[0]) + 1 if rows.size else longest + 1
+
+
+@pytest.mark.parametrize(("method", "factor", "params", "paper"), CASES, ids=IDS)
+@settings(max_examples=10, deadline=None)
+@given(train_length=st.integers(8, 300), defaults=st.booleans())
+def test_exact_below_is_the_longest_length_the_remap_leaves_unchanged(
+    method, factor, params, paper, train_length, defaults
+) -> None:
+    sets = sets_of(method, factor, {} if defaults else params, train_length)
+    assert _first_changed_length(sets) == sets.exact_below + 1
