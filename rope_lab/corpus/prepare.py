@@ -8,16 +8,17 @@ separator ``"\\n\\n"`` (encoded by the tokenizer), so a bytes corpus of ``builti
 is ``lm_text``'s text of it plus one trailing separator. Written into a hidden sibling folder
 and renamed into place, so an interrupted run leaves no half-written corpus; a folder whose
 ``meta.json`` has the same fingerprint (format, tokenizer, sources' hashes, split) is left
-untouched. The documents are streamed, never held together: a first pass records each one's
-size (the split and the progress total need no more), then the BPE trainer and the encoder
-read the sources again, ``CHUNK_BYTES`` of text at a time, and files are read and hashed in
-``sources.READ_BYTES`` pieces (a lone file's sections included).
+untouched. The documents are streamed, never held together, nor any one of them whole: a first
+pass records each one's size (the split and the progress total need no more), then the BPE
+trainer and the encoder read the sources again as pieces of at most ``sources.PIECE_CHARS``
+characters cut at seams (`sources.pieces`: the same tokens as the whole document), encoded
+``CHUNK_BYTES`` of text at a time, and files are read and hashed in ``sources.READ_BYTES``
+chunks (a lone file's sections included).
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import os
 import shutil
@@ -32,12 +33,12 @@ import numpy as np
 
 from rope_lab.corpus import tokenizers as toks
 from rope_lab.corpus.meta import FORMAT, SPLIT_FILES, check_sizes, read_meta
-from rope_lab.corpus.sources import CorpusError, describe, documents, expand, is_builtin
+from rope_lab.corpus.sources import CorpusError, describe, expand, is_builtin, pieces
 from rope_lab.runtime.atomic import fsync_dir
 
 SEPARATOR = "\n\n"
 DEFAULT_EVAL_FRACTION = 0.1
-CHUNK_BYTES = 4 << 20  # text per encode call
+CHUNK_BYTES = 1 << 20  # text per encode call (pieces encoded in parallel)
 
 
 @dataclass(frozen=True)
@@ -97,8 +98,14 @@ class _Scan:
 
     @classmethod
     def of(cls, files: Sequence[str]) -> _Scan:
-        pairs = [(len(doc.encode()), bool(doc.strip())) for doc in documents(files)]
-        return cls(tuple(n for n, _ in pairs), tuple(t for _, t in pairs))
+        sizes, texts, size, text = [], [], 0, False
+        for piece, last in pieces(files):
+            size, text = size + len(piece.encode()), text or bool(piece.strip())
+            if last:
+                sizes.append(size)
+                texts.append(text)
+                size, text = 0, False
+        return cls(tuple(sizes), tuple(texts))
 
     def part(self, start: int, stop: int | None = None) -> _Scan:
         return _Scan(self.sizes[start:stop], self.texts[start:stop])
@@ -163,9 +170,9 @@ def prepare(
         train_scan, eval_scan = scan, _Scan.of(eval_files)
         parts = {"train": (files, 0, None), "eval": (eval_files, 0, None)}
 
-    def docs_of(split: str) -> Iterator[str]:
+    def pieces_of(split: str) -> Iterator[tuple[str, bool]]:
         names, start, stop = parts[split]
-        return itertools.islice(documents(names), start, stop)
+        return _documents_between(pieces(names), start, stop)
 
     for split, found, names in (("train", train_scan, files), ("eval", eval_scan, eval_files)):
         if not any(found.texts):
@@ -175,7 +182,7 @@ def prepare(
         tok = toks.bytes_tokenizer()
     elif kind == "bpe":
         assert bpe_size is not None
-        tok = toks.train_bpe(docs_of("train"), bpe_size)
+        tok = toks.train_bpe((text for text, _ in pieces_of("train")), bpe_size)
     else:
         tok = toks.load_file(tokenizer)
     vocab_size = int(tok.get_vocab_size())
@@ -191,8 +198,8 @@ def prepare(
         with _progress(total, progress) as bar:
             for split in ("train", "eval"):
                 with open(tmp / SPLIT_FILES[split], "xb") as out_file:
-                    docs = docs_of(split)
-                    counts[split] = _write_split(out_file, docs, tok, kind, dtype, lengths, bar)
+                    read = pieces_of(split)
+                    counts[split] = _write_split(out_file, read, tok, kind, dtype, lengths, bar)
         (tmp / "tokenizer.json").write_text(toks.tokenizer_json(tok))
         meta = {
             "format": FORMAT,
@@ -248,18 +255,31 @@ def check_target(out: Path, sources: Sequence[str]) -> None:
             )
 
 
+def _documents_between(
+    found: Iterable[tuple[str, bool]], start: int, stop: int | None
+) -> Iterator[tuple[str, bool]]:
+    """The (piece, ends_document) pairs of documents ``start`` to ``stop`` (None: the last)."""
+    index = 0
+    for piece, last in found:
+        if stop is not None and index >= stop:
+            return
+        if index >= start:
+            yield piece, last
+        index += last
+
+
 def _write_split(
     f: BinaryIO,
-    docs: Iterable[str],
+    found: Iterable[tuple[str, bool]],
     tok: Any,
     kind: str,
     dtype: np.dtype,
     lengths: np.ndarray,
     bar: Callable[[int], None],
 ) -> dict[str, Any]:
-    """Encode ``docs`` (each followed by the separator; read as they come, ``CHUNK_BYTES`` of
-    text held at a time) into ``f``: token, byte and document counts, and whether the tokens'
-    byte lengths add up to the text's bytes."""
+    """Encode the documents' pieces ``found`` (each document followed by the separator; read
+    as they come, ``CHUNK_BYTES`` of text held at a time) into ``f``: token, byte and document
+    counts, and whether the tokens' byte lengths add up to the text's bytes."""
     tokens = nbytes = counted = n_docs = 0
     chunk: list[str] = []
     size = 0
@@ -271,10 +291,12 @@ def _write_split(
         tokens += ids.size
         counted += int(lengths[ids].sum())
 
-    for doc in docs:
-        n_docs += 1
-        chunk += [doc, SEPARATOR]
-        n = len(doc.encode()) + len(SEPARATOR)
+    for piece, last in found:
+        chunk.append(piece)
+        if last:
+            n_docs += 1
+            chunk.append(SEPARATOR)
+        n = len(piece.encode()) + (len(SEPARATOR) if last else 0)
         size += n
         nbytes += n
         bar(n)

@@ -223,11 +223,11 @@ def test_prepare_streams_its_documents(tmp_path: Path, monkeypatch, tokenizer) -
 
     def watched(files):
         nonlocal most
-        for doc in sources.documents(files):
-            d = Doc(doc)
+        for piece, last in sources.pieces(files):
+            d = Doc(piece)
             alive.add(d)
             most = max(most, len(alive))
-            yield d
+            yield d, last
 
     texts = [f"document {i} " + "abcdefgh " * (8 + i % 5) for i in range(300)]
     src = tmp_path / "src"
@@ -235,7 +235,7 @@ def test_prepare_streams_its_documents(tmp_path: Path, monkeypatch, tokenizer) -
     for i, text in enumerate(texts):
         (src / f"{i:03d}.txt").write_text(text)
     monkeypatch.setattr(prep, "CHUNK_BYTES", 256)
-    monkeypatch.setattr(prep, "documents", watched)
+    monkeypatch.setattr(prep, "pieces", watched)
     done = prepare([str(src)], tmp_path / "c", tokenizer, eval_fraction=0.1, progress=False)
     assert 2 <= most <= 4
     n_train = done.meta["train_documents"]
