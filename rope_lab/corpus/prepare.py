@@ -6,7 +6,8 @@ The documents (:mod:`rope_lab.corpus.sources`) are split whole between train and
 0.1). Each split's token stream is its documents in order, each followed by the document
 separator ``"\\n\\n"`` (encoded by the tokenizer), so a bytes corpus of ``builtin:python-docs``
 is ``lm_text``'s text of it plus one trailing separator. Written into a hidden sibling folder
-and renamed into place, so an interrupted run leaves no half-written corpus; a folder whose
+and renamed into place, so an interrupted run leaves no half-written corpus (and a later run
+removes the folder a killed one left: :mod:`rope_lab.corpus.staging`); a folder whose
 ``meta.json`` has the same fingerprint (format, tokenizer, sources' hashes, split) is left
 untouched. The documents are streamed, never held together, nor any one of them whole: a first
 pass records each one's size (the split and the progress total need no more), then the BPE
@@ -21,9 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import sys
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,7 @@ import numpy as np
 from rope_lab.corpus import tokenizers as toks
 from rope_lab.corpus.meta import FORMAT, SPLIT_FILES, check_sizes, read_meta
 from rope_lab.corpus.sources import CorpusError, describe, expand, is_builtin, pieces
-from rope_lab.runtime.atomic import fsync_dir
+from rope_lab.corpus.staging import remove_stale, staging, swap_in
 
 SEPARATOR = "\n\n"
 DEFAULT_EVAL_FRACTION = 0.1
@@ -43,12 +42,13 @@ CHUNK_BYTES = 1 << 20  # text per encode call (pieces encoded in parallel)
 
 @dataclass(frozen=True)
 class Prepared:
-    """What :func:`prepare` did (``status``: "written", "replaced" or "unchanged") and the
-    corpus' meta.json."""
+    """What :func:`prepare` did (``status``: "written", "replaced" or "unchanged"), the
+    corpus' meta.json, and the staging folders of killed runs it removed."""
 
     status: str
     folder: Path
     meta: dict[str, Any]
+    removed: tuple[Path, ...] = ()
 
 
 def fingerprint(
@@ -137,6 +137,7 @@ def prepare(
     files = expand(sources)
     eval_files = None if eval_sources is None else expand(eval_sources)
     fp, record = fingerprint(tokenizer, files, eval_files, eval_fraction)
+    removed = tuple(remove_stale(out))
     status = "written"
     if (out / "meta.json").is_file():
         try:
@@ -146,7 +147,7 @@ def prepare(
         if old is not None and old["fingerprint"] == fp:
             try:
                 check_sizes(out, old)
-                return Prepared("unchanged", out, old)
+                return Prepared("unchanged", out, old, removed)
             except CorpusError:
                 pass  # the same corpus with a damaged file: written again
         elif old is not None and not overwrite:
@@ -189,9 +190,7 @@ def prepare(
     dtype = toks.dtype_for(vocab_size)
     lengths = toks.token_byte_lengths(tok)
 
-    tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex}")
-    tmp.mkdir(parents=True)
-    try:
+    with staging(out) as tmp:
         counts: dict[str, Any] = {}
         sizes = (*train_scan.sizes, *eval_scan.sizes)
         total = sum(sizes) + len(SEPARATOR.encode()) * len(sizes)
@@ -216,14 +215,11 @@ def prepare(
             "fingerprint": fp,
         }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
-        for p in tmp.iterdir():
-            with open(p, "rb") as f:
+        for name in OWNED:
+            with open(tmp / name, "rb") as f:
                 os.fsync(f.fileno())
-        _swap_in(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return Prepared(status, out, meta)
+        swap_in(tmp, out)
+    return Prepared(status, out, meta, removed)
 
 
 # the files a corpus folder holds: all that `prepare` writes, and so all it may replace
@@ -339,19 +335,6 @@ class _progress:
             self.bar.close()
 
 
-def _swap_in(tmp: Path, out: Path) -> None:
-    """Rename the finished ``tmp`` folder to ``out``; an old ``out`` is moved aside first and
-    removed after, so ``out`` is at every moment absent, the old corpus or the new one."""
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex}")
-        os.replace(out, old)
-    os.replace(tmp, out)
-    fsync_dir(out.parent)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def _ids_fingerprint(train: np.ndarray, held_out: np.ndarray, dtype: np.dtype) -> str:
     """sha256 of the two token arrays as written (their dtype, each split's ids)."""
     digest = hashlib.sha256(np.dtype(dtype).str.encode())
@@ -369,9 +352,7 @@ def write_ids(
     tests and benchmarks that need a token file of a given size without tokenizing text."""
     out = Path(out)
     dtype = toks.dtype_for(vocab_size)
-    tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex}")
-    tmp.mkdir(parents=True)
-    try:
+    with staging(out) as tmp:
         for split, ids in (("train", train), ("eval", held_out)):
             np.asarray(ids).astype(dtype).tofile(tmp / SPLIT_FILES[split])
         (tmp / "tokenizer.json").write_text(toks.tokenizer_json(toks.bytes_tokenizer()))
@@ -389,8 +370,5 @@ def write_ids(
             "fingerprint": _ids_fingerprint(train, held_out, dtype),
         }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
-        _swap_in(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        swap_in(tmp, out)
     return out
