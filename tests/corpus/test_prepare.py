@@ -204,10 +204,10 @@ def test_builtin_python_docs_bytes_corpus_is_lm_text_s_text(tmp_path) -> None:
 
 @pytest.mark.parametrize("tokenizer", ["bytes", "bpe:300"])
 def test_prepare_streams_its_documents(tmp_path: Path, monkeypatch, tokenizer) -> None:
-    """300 documents of ~100 bytes, encoded 256 bytes at a time: at most 4 documents are alive
-    at once (the encoder's chunk and the one being read), where holding the corpus keeps all
-    300; the files equal the text's bytes, and a lone file read 7 bytes at a time gives the
-    same corpus as the folder of its sections."""
+    """300 documents of ~100 bytes (a piece each), encoded 256 bytes at a time: at most 4
+    pieces are alive at once (the encoder's chunk and the one being read), where holding the
+    corpus keeps all 300; the files equal the text's bytes, and a lone file read 7 bytes at a
+    time gives the same corpus as the folder of its sections."""
     import importlib
     import weakref
 
