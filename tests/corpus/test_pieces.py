@@ -158,3 +158,13 @@ def test_a_stretch_without_seams_is_cut_at_the_limit_and_keeps_its_text(tmp_path
             assert train == list(((src / "a.txt").read_text() + "\n\n").encode())
         tok = Tokenizer.from_file(str(done.folder / "tokenizer.json"))
         assert tok.decode(train) == (src / "a.txt").read_text() + "\n\n"
+
+
+def test_python_docs_in_small_pieces_is_the_same_bpe_corpus(tmp_path, monkeypatch) -> None:
+    """Real text (code, indentation, prose): builtin:python-docs cut into pieces of at most
+    500 characters (~1000 pieces) gives a bpe:1024 corpus byte-identical to whole pages."""
+    monkeypatch.setattr(sources, "PIECE_CHARS", 1 << 40)
+    whole = _corpus(Path("builtin:python-docs"), tmp_path / "whole", "bpe:1024")
+    monkeypatch.setattr(sources, "PIECE_CHARS", 500)
+    assert len(list(sources.pieces(["builtin:python-docs"]))) > 900
+    assert _corpus(Path("builtin:python-docs"), tmp_path / "cut", "bpe:1024") == whole
