@@ -168,3 +168,44 @@ def test_python_docs_in_small_pieces_is_the_same_bpe_corpus(tmp_path, monkeypatc
     monkeypatch.setattr(sources, "PIECE_CHARS", 500)
     assert len(list(sources.pieces(["builtin:python-docs"]))) > 900
     assert _corpus(Path("builtin:python-docs"), tmp_path / "cut", "bpe:1024") == whole
+
+
+def test_one_long_line_reaches_the_tokenizer_in_pieces(tmp_path, monkeypatch) -> None:
+    """A single 20,000-character line (one document), 256-character pieces: the BPE trainer
+    and the encoder never get a text longer than a piece, and the corpus decodes to the line."""
+    from tokenizers import Tokenizer
+
+    from rope_lab.corpus import tokenizers as toks
+
+    longest = {"train": 0, "encode": 0}
+    train_bpe, encode = toks.train_bpe, toks.encode
+
+    def watched_train(texts, size):
+        def each():
+            for text in texts:
+                longest["train"] = max(longest["train"], len(text))
+                yield text
+
+        return train_bpe(each(), size)
+
+    def watched_encode(tok, texts, kind):
+        longest["encode"] = max(longest["encode"], *(len(t) for t in texts))
+        return encode(tok, texts, kind)
+
+    monkeypatch.setattr(toks, "train_bpe", watched_train)
+    monkeypatch.setattr(toks, "encode", watched_encode)
+    monkeypatch.setattr(sources, "PIECE_CHARS", 256)
+    line = _text(3, 4000, SPACE_GAPS).replace("\n", " ")
+    (tmp_path / "line.txt").write_text(line)
+    (tmp_path / "held.txt").write_text("held out")
+    done = prepare(
+        [str(tmp_path / "line.txt")],
+        tmp_path / "c",
+        "bpe:300",
+        eval_sources=[str(tmp_path / "held.txt")],
+        progress=False,
+    )
+    assert len(line) > 20_000 and done.meta["train_documents"] == 1
+    assert 200 < longest["train"] <= 256 and 200 < longest["encode"] <= 256
+    tok = Tokenizer.from_file(str(done.folder / "tokenizer.json"))
+    assert tok.decode(np.asarray(open_split(done.folder, "train")).tolist()) == line + "\n\n"
