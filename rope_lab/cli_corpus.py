@@ -24,6 +24,8 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
     except CorpusError as err:
         print(f"rope-lab: error: {err}", file=sys.stderr)
         return 1
+    for folder in done.removed:
+        print(f"removed {folder}: the staging folder of a killed corpus prepare", file=sys.stderr)
     m = done.meta
     if done.status == "unchanged":
         print(f"{done.folder}: up to date (same sources and tokenizer); nothing written")

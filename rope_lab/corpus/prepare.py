@@ -6,23 +6,23 @@ The documents (:mod:`rope_lab.corpus.sources`) are split whole between train and
 0.1). Each split's token stream is its documents in order, each followed by the document
 separator ``"\\n\\n"`` (encoded by the tokenizer), so a bytes corpus of ``builtin:python-docs``
 is ``lm_text``'s text of it plus one trailing separator. Written into a hidden sibling folder
-and renamed into place, so an interrupted run leaves no half-written corpus; a folder whose
+and renamed into place, so an interrupted run leaves no half-written corpus (and a later run
+removes the folder a killed one left: :mod:`rope_lab.corpus.staging`); a folder whose
 ``meta.json`` has the same fingerprint (format, tokenizer, sources' hashes, split) is left
-untouched. The documents are streamed, never held together: a first pass records each one's
-size (the split and the progress total need no more), then the BPE trainer and the encoder
-read the sources again, ``CHUNK_BYTES`` of text at a time, and files are read and hashed in
-``sources.READ_BYTES`` pieces (a lone file's sections included).
+untouched. The documents are streamed, never held together, nor any one of them whole: a first
+pass records each one's size (the split and the progress total need no more), then the BPE
+trainer and the encoder read the sources again as pieces of at most ``sources.PIECE_CHARS``
+characters cut at seams (`sources.pieces`: the same tokens as the whole document), encoded
+``CHUNK_BYTES`` of text at a time, and files are read and hashed in ``sources.READ_BYTES``
+chunks (a lone file's sections included).
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import os
-import shutil
 import sys
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,22 +32,23 @@ import numpy as np
 
 from rope_lab.corpus import tokenizers as toks
 from rope_lab.corpus.meta import FORMAT, SPLIT_FILES, check_sizes, read_meta
-from rope_lab.corpus.sources import CorpusError, describe, documents, expand, is_builtin
-from rope_lab.runtime.atomic import fsync_dir
+from rope_lab.corpus.sources import CorpusError, describe, expand, is_builtin, pieces
+from rope_lab.corpus.staging import remove_stale, staging, swap_in
 
 SEPARATOR = "\n\n"
 DEFAULT_EVAL_FRACTION = 0.1
-CHUNK_BYTES = 4 << 20  # text per encode call
+CHUNK_BYTES = 1 << 20  # text per encode call (pieces encoded in parallel)
 
 
 @dataclass(frozen=True)
 class Prepared:
-    """What :func:`prepare` did (``status``: "written", "replaced" or "unchanged") and the
-    corpus' meta.json."""
+    """What :func:`prepare` did (``status``: "written", "replaced" or "unchanged"), the
+    corpus' meta.json, and the staging folders of killed runs it removed."""
 
     status: str
     folder: Path
     meta: dict[str, Any]
+    removed: tuple[Path, ...] = ()
 
 
 def fingerprint(
@@ -97,8 +98,14 @@ class _Scan:
 
     @classmethod
     def of(cls, files: Sequence[str]) -> _Scan:
-        pairs = [(len(doc.encode()), bool(doc.strip())) for doc in documents(files)]
-        return cls(tuple(n for n, _ in pairs), tuple(t for _, t in pairs))
+        sizes, texts, size, text = [], [], 0, False
+        for piece, last in pieces(files):
+            size, text = size + len(piece.encode()), text or bool(piece.strip())
+            if last:
+                sizes.append(size)
+                texts.append(text)
+                size, text = 0, False
+        return cls(tuple(sizes), tuple(texts))
 
     def part(self, start: int, stop: int | None = None) -> _Scan:
         return _Scan(self.sizes[start:stop], self.texts[start:stop])
@@ -130,6 +137,7 @@ def prepare(
     files = expand(sources)
     eval_files = None if eval_sources is None else expand(eval_sources)
     fp, record = fingerprint(tokenizer, files, eval_files, eval_fraction)
+    removed = tuple(remove_stale(out))
     status = "written"
     if (out / "meta.json").is_file():
         try:
@@ -139,7 +147,7 @@ def prepare(
         if old is not None and old["fingerprint"] == fp:
             try:
                 check_sizes(out, old)
-                return Prepared("unchanged", out, old)
+                return Prepared("unchanged", out, old, removed)
             except CorpusError:
                 pass  # the same corpus with a damaged file: written again
         elif old is not None and not overwrite:
@@ -163,9 +171,9 @@ def prepare(
         train_scan, eval_scan = scan, _Scan.of(eval_files)
         parts = {"train": (files, 0, None), "eval": (eval_files, 0, None)}
 
-    def docs_of(split: str) -> Iterator[str]:
+    def pieces_of(split: str) -> Iterator[tuple[str, bool]]:
         names, start, stop = parts[split]
-        return itertools.islice(documents(names), start, stop)
+        return _documents_between(pieces(names), start, stop)
 
     for split, found, names in (("train", train_scan, files), ("eval", eval_scan, eval_files)):
         if not any(found.texts):
@@ -175,24 +183,22 @@ def prepare(
         tok = toks.bytes_tokenizer()
     elif kind == "bpe":
         assert bpe_size is not None
-        tok = toks.train_bpe(docs_of("train"), bpe_size)
+        tok = toks.train_bpe((text for text, _ in pieces_of("train")), bpe_size)
     else:
         tok = toks.load_file(tokenizer)
     vocab_size = int(tok.get_vocab_size())
     dtype = toks.dtype_for(vocab_size)
     lengths = toks.token_byte_lengths(tok)
 
-    tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex}")
-    tmp.mkdir(parents=True)
-    try:
+    with staging(out) as tmp:
         counts: dict[str, Any] = {}
         sizes = (*train_scan.sizes, *eval_scan.sizes)
         total = sum(sizes) + len(SEPARATOR.encode()) * len(sizes)
         with _progress(total, progress) as bar:
             for split in ("train", "eval"):
                 with open(tmp / SPLIT_FILES[split], "xb") as out_file:
-                    docs = docs_of(split)
-                    counts[split] = _write_split(out_file, docs, tok, kind, dtype, lengths, bar)
+                    read = pieces_of(split)
+                    counts[split] = _write_split(out_file, read, tok, kind, dtype, lengths, bar)
         (tmp / "tokenizer.json").write_text(toks.tokenizer_json(tok))
         meta = {
             "format": FORMAT,
@@ -209,14 +215,11 @@ def prepare(
             "fingerprint": fp,
         }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
-        for p in tmp.iterdir():
-            with open(p, "rb") as f:
+        for name in OWNED:
+            with open(tmp / name, "rb") as f:
                 os.fsync(f.fileno())
-        _swap_in(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return Prepared(status, out, meta)
+        swap_in(tmp, out)
+    return Prepared(status, out, meta, removed)
 
 
 # the files a corpus folder holds: all that `prepare` writes, and so all it may replace
@@ -248,18 +251,31 @@ def check_target(out: Path, sources: Sequence[str]) -> None:
             )
 
 
+def _documents_between(
+    found: Iterable[tuple[str, bool]], start: int, stop: int | None
+) -> Iterator[tuple[str, bool]]:
+    """The (piece, ends_document) pairs of documents ``start`` to ``stop`` (None: the last)."""
+    index = 0
+    for piece, last in found:
+        if stop is not None and index >= stop:
+            return
+        if index >= start:
+            yield piece, last
+        index += last
+
+
 def _write_split(
     f: BinaryIO,
-    docs: Iterable[str],
+    found: Iterable[tuple[str, bool]],
     tok: Any,
     kind: str,
     dtype: np.dtype,
     lengths: np.ndarray,
     bar: Callable[[int], None],
 ) -> dict[str, Any]:
-    """Encode ``docs`` (each followed by the separator; read as they come, ``CHUNK_BYTES`` of
-    text held at a time) into ``f``: token, byte and document counts, and whether the tokens'
-    byte lengths add up to the text's bytes."""
+    """Encode the documents' pieces ``found`` (each document followed by the separator; read
+    as they come, ``CHUNK_BYTES`` of text held at a time) into ``f``: token, byte and document
+    counts, and whether the tokens' byte lengths add up to the text's bytes."""
     tokens = nbytes = counted = n_docs = 0
     chunk: list[str] = []
     size = 0
@@ -271,10 +287,12 @@ def _write_split(
         tokens += ids.size
         counted += int(lengths[ids].sum())
 
-    for doc in docs:
-        n_docs += 1
-        chunk += [doc, SEPARATOR]
-        n = len(doc.encode()) + len(SEPARATOR)
+    for piece, last in found:
+        chunk.append(piece)
+        if last:
+            n_docs += 1
+            chunk.append(SEPARATOR)
+        n = len(piece.encode()) + (len(SEPARATOR) if last else 0)
         size += n
         nbytes += n
         bar(n)
@@ -317,19 +335,6 @@ class _progress:
             self.bar.close()
 
 
-def _swap_in(tmp: Path, out: Path) -> None:
-    """Rename the finished ``tmp`` folder to ``out``; an old ``out`` is moved aside first and
-    removed after, so ``out`` is at every moment absent, the old corpus or the new one."""
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex}")
-        os.replace(out, old)
-    os.replace(tmp, out)
-    fsync_dir(out.parent)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def _ids_fingerprint(train: np.ndarray, held_out: np.ndarray, dtype: np.dtype) -> str:
     """sha256 of the two token arrays as written (their dtype, each split's ids)."""
     digest = hashlib.sha256(np.dtype(dtype).str.encode())
@@ -347,9 +352,7 @@ def write_ids(
     tests and benchmarks that need a token file of a given size without tokenizing text."""
     out = Path(out)
     dtype = toks.dtype_for(vocab_size)
-    tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex}")
-    tmp.mkdir(parents=True)
-    try:
+    with staging(out) as tmp:
         for split, ids in (("train", train), ("eval", held_out)):
             np.asarray(ids).astype(dtype).tofile(tmp / SPLIT_FILES[split])
         (tmp / "tokenizer.json").write_text(toks.tokenizer_json(toks.bytes_tokenizer()))
@@ -367,8 +370,5 @@ def write_ids(
             "fingerprint": _ids_fingerprint(train, held_out, dtype),
         }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
-        _swap_in(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        swap_in(tmp, out)
     return out

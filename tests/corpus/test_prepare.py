@@ -204,10 +204,10 @@ def test_builtin_python_docs_bytes_corpus_is_lm_text_s_text(tmp_path) -> None:
 
 @pytest.mark.parametrize("tokenizer", ["bytes", "bpe:300"])
 def test_prepare_streams_its_documents(tmp_path: Path, monkeypatch, tokenizer) -> None:
-    """300 documents of ~100 bytes, encoded 256 bytes at a time: at most 4 documents are alive
-    at once (the encoder's chunk and the one being read), where holding the corpus keeps all
-    300; the files equal the text's bytes, and a lone file read 7 bytes at a time gives the
-    same corpus as the folder of its sections."""
+    """300 documents of ~100 bytes (a piece each), encoded 256 bytes at a time: at most 4
+    pieces are alive at once (the encoder's chunk and the one being read), where holding the
+    corpus keeps all 300; the files equal the text's bytes, and a lone file read 7 bytes at a
+    time gives the same corpus as the folder of its sections."""
     import importlib
     import weakref
 
@@ -223,11 +223,11 @@ def test_prepare_streams_its_documents(tmp_path: Path, monkeypatch, tokenizer) -
 
     def watched(files):
         nonlocal most
-        for doc in sources.documents(files):
-            d = Doc(doc)
+        for piece, last in sources.pieces(files):
+            d = Doc(piece)
             alive.add(d)
             most = max(most, len(alive))
-            yield d
+            yield d, last
 
     texts = [f"document {i} " + "abcdefgh " * (8 + i % 5) for i in range(300)]
     src = tmp_path / "src"
@@ -235,7 +235,7 @@ def test_prepare_streams_its_documents(tmp_path: Path, monkeypatch, tokenizer) -
     for i, text in enumerate(texts):
         (src / f"{i:03d}.txt").write_text(text)
     monkeypatch.setattr(prep, "CHUNK_BYTES", 256)
-    monkeypatch.setattr(prep, "documents", watched)
+    monkeypatch.setattr(prep, "pieces", watched)
     done = prepare([str(src)], tmp_path / "c", tokenizer, eval_fraction=0.1, progress=False)
     assert 2 <= most <= 4
     n_train = done.meta["train_documents"]

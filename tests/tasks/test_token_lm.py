@@ -20,6 +20,7 @@ import pytest
 from rope_lab.corpus.prepare import write_ids
 from rope_lab.tasks import make_task
 from rope_lab.tasks.sampling import sample_batch
+from rope_lab.tasks.windows import host_window_starts
 from tests.tasks.common import as_numpy
 
 PARAMS = {"path": (str, dataclasses.MISSING)}
@@ -78,6 +79,24 @@ def test_host_windows_are_slices_of_the_train_file_and_a_function_of_seed_and_st
     tokens, targets, _ = as_numpy(sample_batch(task, 2, 599, split="eval", key=jax.random.key(0)))
     np.testing.assert_array_equal(tokens[0], held[:-1])
     np.testing.assert_array_equal(targets[1], held[1:])
+
+
+def test_training_windows_start_anywhere_from_0_to_the_last_that_fits(tmp_path) -> None:
+    """train.bin of ids 0..39, L = 8: 200 steps of 8 windows start at every one of
+    0..31 = size - (L + 1) and nowhere else, so the last window, ending on the last token, is
+    drawn; the starts alone cover exactly [0, n) for small n."""
+    size, length = 40, 8
+    path = write_ids(tmp_path / "c", np.arange(size), np.arange(20))
+    task = make_task("lm_tokens", 256, path=str(path))
+    starts = set()
+    for w in _windows_of(task, range(200), batch=8, length=length):
+        for row in w:
+            np.testing.assert_array_equal(row, np.arange(row[0], row[0] + length + 1))
+            starts.add(int(row[0]))
+    assert starts == set(range(size - length))
+    for n in (1, 2, 5):
+        drawn = np.concatenate([host_window_starts(0, step, 16, n) for step in range(20)])
+        assert set(drawn.tolist()) == set(range(n))
 
 
 def test_vocabulary_and_split_errors_name_the_numbers(tmp_path) -> None:
