@@ -29,6 +29,7 @@ from safetensors.numpy import save_file
 
 from rope_lab.config import ModelConfig
 from rope_lab.hf.config import CheckpointError, HFArchitecture, hf_config, read_config
+from rope_lab.hf.shapes import check_fused, check_tensors
 from rope_lab.model.positions import make_position_encoding
 from rope_lab.model.transformer import Transformer
 from rope_lab.runtime.atomic import atomic_dir
@@ -71,7 +72,11 @@ def load_into(model: ModelConfig, path: str | Path) -> Transformer:
 
 
 def build(arch: HFArchitecture, tensors: dict[str, np.ndarray], dtype: str) -> Transformer:
-    """A `Transformer` of `arch` holding the named HF tensors (all of them used, each once)."""
+    """A `Transformer` of `arch` holding the named HF tensors (all of them used, each once);
+    CheckpointError naming the config key and the tensor where they disagree
+    (`rope_lab.hf.shapes.check_tensors`)."""
+    if arch.sizes is not None:
+        check_tensors(arch, tensors)
     cfg = dataclasses.replace(arch.model, dtype=dtype)
     key = jax.random.PRNGKey(0)
     make = lambda: Transformer(
@@ -150,6 +155,8 @@ def _read_tensors(folder: Path, arch: HFArchitecture) -> dict[str, np.ndarray]:
 def _split_phi3(tensors: dict[str, np.ndarray], arch: HFArchitecture) -> None:
     """qkv_proj -> q/k/v_proj (rows: heads, kv heads, kv heads x head_dim) and gate_up_proj
     -> gate_proj, up_proj (the first half is the gate), in place."""
+    if arch.sizes is not None:
+        check_fused(arch, {name: tuple(t.shape) for name, t in tensors.items()})
     m = arch.model
     q, kv = m.attention_width, m.n_kv_heads * m.d_head
     for i in range(m.depth):
