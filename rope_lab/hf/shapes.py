@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from rope_lab.hf.config import HFArchitecture
 
 _LAYER = re.compile(r"model\.layers\.(\d+)\.")
+# tensors transformers skips on load too: the rotary frequencies older checkpoints stored, which
+# the config decides
+DERIVED = re.compile(r"(^|\.)rotary_emb\.inv_freq$")
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,8 @@ def check_tensors(arch: HFArchitecture, tensors: dict[str, np.ndarray]) -> None:
 def check_shapes(arch: HFArchitecture, shapes: dict[str, tuple[int, ...]]) -> None:
     """CheckpointError naming the config key and the tensor where the tensor shapes (Llama
     names) and `arch` disagree: the layers held, a missing tensor, a shape, a tensor with no
-    place, a stored head of a tied checkpoint not shaped as the embedding."""
+    place (stored rotary frequencies aside, `DERIVED`), a stored head of a tied checkpoint not
+    shaped as the embedding."""
     check_layers(arch, shapes)
     expected = expected_tensors(arch)
     folder = Path(arch.where).parent
@@ -152,7 +156,8 @@ def check_shapes(arch: HFArchitecture, shapes: dict[str, tuple[int, ...]]) -> No
             because = f" ({why})" if why else ""
             raise CheckpointError(f"{folder}: no tensor {name} in its *.safetensors{because}")
         _check_shape(arch.where, name, shapes[name], dims)
-    extra = sorted(set(shapes) - set(expected) - {"lm_head.weight"})
+    unplaced = set(shapes) - set(expected) - {"lm_head.weight"}
+    extra = sorted(name for name in unplaced if not DERIVED.search(name))
     if extra:
         hint = _extra_hint(arch, extra)
         raise CheckpointError(

@@ -11,6 +11,9 @@ import re
 import shutil
 from pathlib import Path
 
+import equinox as eqx
+import jax
+import numpy as np
 import pytest
 import yaml
 from hypothesis import given, settings
@@ -169,6 +172,22 @@ def test_each_disagreement_is_one_line_naming_file_key_and_tensor(checkpoints, t
     with pytest.raises(CheckpointError) as err:
         from_hf(folder)
     assert str(err.value) == want
+
+
+def test_stored_rotary_frequencies_are_skipped_as_transformers_skips_them(checkpoints, tmp_path):
+    """Older checkpoints stored each layer's `rotary_emb.inv_freq`, which the config decides:
+    the model loads as without them (any other unplaced tensor is refused, above)."""
+    source = checkpoints("llama").folder
+
+    def add_frequencies(arrays):
+        for i in (0, 1):
+            arrays[f"model.layers.{i}.self_attn.rotary_emb.inv_freq"] = np.ones(4, np.float32)
+
+    folder = _variant(tmp_path, source, edit=add_frequencies)
+    with_them, without = from_hf(folder), from_hf(source)
+    leaves = lambda m: jax.tree.leaves(eqx.filter(m, eqx.is_array))
+    for a, b in zip(leaves(with_them), leaves(without), strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def _trial_yaml(folder: Path) -> Path:
