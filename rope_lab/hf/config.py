@@ -10,7 +10,10 @@ checkpoint's own `rope_parameters`, or the older `rope_scaling` + `rope_theta`, 
 Supported `model_type`s (`FAMILIES`): llama (Llama 2 / 3.x, SmolLM2), mistral, qwen2 (q/k/v
 biases), qwen3 (QK-norm) and phi3 (fused projections, partial rotary). A field rope_lab cannot
 express (an output-projection bias, an MLP bias, an activation other than SiLU, a layer mix of
-sliding and full attention, a rope_type without a rope_lab method) is refused naming it.
+sliding and full attention, a rope_type without a rope_lab method) is refused naming it; so is
+a missing or mistyped field (`rope_lab.hf.fields`) and rope parameters transformers refuses or
+calls invalid (`rope_lab.hf.rope_rules`). `HFArchitecture.sizes` are the tensor sizes the
+config implies, which `from_hf` holds the tensors to (`rope_lab.hf.shapes`).
 
 `hf_config(model_config, vocab, train_length)` is the way back, for `rope-lab export`.
 """
@@ -18,15 +21,16 @@ sliding and full attention, a rope_type without a rope_lab method) is refused na
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rope_lab.config import LayerConfig, ModelConfig, PositionConfig
+from rope_lab.hf.fields import CheckpointError, Fields, parse_config
+from rope_lab.hf.rope_rules import check_rope_parameters, original_length
+from rope_lab.hf.shapes import Sizes, sizes_of
 from rope_lab.model.positions.rotary import RopeConfig
 from rope_lab.roles import NOTHING, Export, roles
-from rope_lab.typed import ConfigError
 
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
 # rope_lab scaling method of each HF rope_type (the same name; rope_lab's own `ntk` and
@@ -45,13 +49,6 @@ _ROPE_PARAMS = {
 # rope_parameters that make it so). transformers 5.24.0's yarn takes an explicit
 # `attention_factor` as is (`_compute_yarn_parameters`), so 1.0 leaves YaRN's frequencies alone.
 HF_FORMS = {"ntk_by_parts": ("yarn", {"attention_factor": 1.0})}
-# rope_parameters keys that are not a method's parameters
-_ROPE_KEYS = {"rope_type", "type", "rope_theta", "factor", "original_max_position_embeddings",
-              "partial_rotary_factor"}  # fmt: skip
-
-
-class CheckpointError(ConfigError):
-    """A checkpoint folder or config that rope_lab cannot load, with the reason."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +62,8 @@ class HFArchitecture:
     max_position_embeddings: int
     bos_token_id: int | None = None
     eos_token_id: Any = None
+    where: str = "config.json"  # the file it was read from, named in errors
+    sizes: Sizes | None = None  # the tensor sizes it implies (`rope_lab.hf.shapes`)
 
 
 def local_folder(path: str | Path) -> Path:
@@ -86,105 +85,133 @@ def local_folder(path: str | Path) -> Path:
 
 def read_config(path: str | Path) -> HFArchitecture:
     """The `HFArchitecture` of the checkpoint folder `path` (see the module docstring)."""
-    folder = local_folder(path)
-    return from_hf_dict(json.loads((folder / "config.json").read_text()), where=str(folder))
+    file = local_folder(path) / "config.json"
+    return from_hf_dict(parse_config(file), where=str(file))
 
 
 def from_hf_dict(cfg: dict[str, Any], where: str = "config.json") -> HFArchitecture:
-    """`read_config` of a config already parsed."""
+    """`read_config` of a config already parsed; `where` names it in errors."""
+    f = Fields(cfg, where)
     model_type = cfg.get("model_type")
     if model_type not in FAMILIES:
         raise CheckpointError(
             f"{where}: model_type {model_type!r} is not supported; supported: {', '.join(FAMILIES)}"
         )
-    _refuse(cfg, where, model_type)
-    width, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
-    head_dim = int(cfg.get("head_dim") or width // heads)
-    kv = cfg.get("num_key_value_heads") or heads
-    inter = int(cfg["intermediate_size"])
-    max_pos = int(cfg["max_position_embeddings"])
-    position, train_length = _rope(cfg, where, max_pos, head_dim)
-    window = cfg.get("sliding_window") if model_type in ("mistral", "phi3") else None
+    _refuse(f, model_type)
+    width, heads = f.integer("hidden_size"), f.integer("num_attention_heads")
+    given_head_dim = f.integer("head_dim", None)
+    if given_head_dim is None and width % heads:
+        raise f.error("num_attention_heads", f"{heads} does not divide hidden_size {width} "
+                      "(and head_dim is not set)")  # fmt: skip
+    head_dim = given_head_dim or width // heads
+    kv = f.integer("num_key_value_heads", None)
+    if kv is not None and heads % kv:
+        raise f.error("num_key_value_heads", f"{kv} does not divide num_attention_heads {heads}")
+    inter, vocab = f.integer("intermediate_size"), f.integer("vocab_size")
+    max_pos = f.integer("max_position_embeddings")
+    sizes = sizes_of(
+        vocab=vocab, width=width, mlp=inter, heads=heads, kv=kv, head_dim=given_head_dim
+    )
+    position, train_length = _rope(f, model_type, max_pos, sizes.head)
+    window = f.integer("sliding_window", None) if model_type in ("mistral", "phi3") else None
     model = ModelConfig(
         width=width,
-        depth=int(cfg["num_hidden_layers"]),
+        depth=f.integer("num_hidden_layers"),
         heads=heads,
         head_dim=head_dim,
-        kv_heads=None if kv == heads else int(kv),
+        kv_heads=None if kv in (None, heads) else kv,
         mlp_ratio=inter / width,
         norm="rmsnorm",
         mlp="swiglu",
-        norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        norm_eps=f.number("rms_norm_eps", 1e-6, positive=True),
         qkv_bias=model_type == "qwen2",
         qk_norm=model_type == "qwen3",
-        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        tie_embeddings=f.boolean("tie_word_embeddings", False),
         position=position,
-        layers=(LayerConfig(window=int(window)),) if window else (),
+        layers=(LayerConfig(window=window),) if window else (),
     )
     assert model.d_mlp == inter, (model.d_mlp, inter)
     return HFArchitecture(
         model_type=model_type,
         model=model,
-        vocab_size=int(cfg["vocab_size"]),
+        vocab_size=vocab,
         train_length=train_length,
         max_position_embeddings=max_pos,
         bos_token_id=cfg.get("bos_token_id"),
         eos_token_id=cfg.get("eos_token_id"),
+        where=where,
+        sizes=sizes,
     )
 
 
-def _refuse(cfg: dict[str, Any], where: str, model_type: str) -> None:
+def _refuse(f: Fields, model_type: str) -> None:
     """CheckpointError naming the first field rope_lab cannot express."""
-    act = cfg.get("hidden_act", "silu")
+    where = f.file
+    act = f.string("hidden_act", "silu")
     if act != "silu":
         raise CheckpointError(f"{where}: hidden_act {act!r} is not supported (SwiGLU with silu)")
     for key in ("attention_bias", "mlp_bias"):
-        if cfg.get(key):
+        if f.boolean(key, False):
             raise CheckpointError(
                 f"{where}: {key}: true is not supported (rope_lab has q/k/v biases only)"
             )
-    if model_type in ("qwen2", "qwen3") and cfg.get("use_sliding_window"):
+    if model_type in ("qwen2", "qwen3") and f.boolean("use_sliding_window", False):
         raise CheckpointError(
             f"{where}: use_sliding_window: true (sliding layers above max_window_layers) is not "
             "supported"
         )
-    types = cfg.get("layer_types")
+    types = f.cfg.get("layer_types")
+    if types is not None and not (
+        isinstance(types, list) and all(isinstance(t, str) for t in types)
+    ):
+        raise f.error("layer_types", f"must be a list of strings, got {types!r}")
     if types and len(set(types)) > 1:
         raise CheckpointError(f"{where}: layer_types mixes {sorted(set(types))}: not supported")
 
 
 def _rope(
-    cfg: dict[str, Any], where: str, max_pos: int, head_dim: int
+    f: Fields, model_type: str, max_pos: int, head: tuple[int, str]
 ) -> tuple[PositionConfig, int]:
     """The trained rotary encoding and the training length, from `rope_parameters` (or the
-    older `rope_scaling` + `rope_theta`)."""
-    params = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
-    kind = params.get("rope_type", params.get("type", "default"))
+    older `rope_scaling` + `rope_theta`), held to transformers' rules (`rope_rules`); `head`:
+    the head size and the keys it comes from (`Sizes.head`)."""
+    head_dim, head_text = head
+    key = "rope_parameters" if f.cfg.get("rope_parameters") is not None else "rope_scaling"
+    block = {} if f.cfg.get(key) is None else f.cfg[key]
+    if not isinstance(block, dict):
+        raise f.error(key, f"must be a JSON object, got {block!r}")
+    rope = Fields(block, f.file, prefix=f"{key}.")
+    kind = rope.string("rope_type", None) or rope.string("type", "default")
     if kind not in ROPE_TYPES:
         raise CheckpointError(
-            f"{where}: rope_type {kind!r} is not supported; supported: {', '.join(ROPE_TYPES)}"
+            f"{f.file}: rope_type {kind!r} is not supported; supported: {', '.join(ROPE_TYPES)}"
         )
-    theta = float(params.get("rope_theta", cfg.get("rope_theta", 10000.0)))
-    fraction = float(params.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)))
-    original = params.get("original_max_position_embeddings")
-    original = int(original or cfg.get("original_max_position_embeddings") or max_pos)
-    if kind in ("default", "dynamic"):
-        # no scaling: the whole trained context; HF's dynamic NTK grows past max_position_embeddings
-        original = max_pos
-    factor = params.get("factor")
-    if factor is None:  # HF's convention for yarn / longrope: the ratio of the contexts
-        factor = max_pos / original if kind in ("yarn", "longrope") else 1.0
-    unknown = set(params) - _ROPE_KEYS - set(_ROPE_PARAMS[kind])
-    if unknown:
+    if model_type == "phi3" and kind not in ("default", "longrope"):
+        raise rope.error("rope_type", f"{kind!r}: Phi-3 has default or longrope only")
+    theta = rope.number("rope_theta", None, positive=True)
+    if theta is None:
+        theta = f.number("rope_theta", 10000.0, positive=True)
+    fraction = rope.number("partial_rotary_factor", None)
+    if fraction is None:
+        fraction = f.number("partial_rotary_factor", 1.0)
+    if not 0 < fraction <= 1:
         raise CheckpointError(
-            f"{where}: rope parameter(s) {sorted(unknown)} of rope_type {kind!r} are not supported"
+            f"{f.file}: partial_rotary_factor must be in (0, 1], got {fraction:g}"
         )
-    method = tuple(
-        (name, _plain(params[name])) for name in _ROPE_PARAMS[kind] if params.get(name) is not None
-    )
     rotary_dim = int(head_dim * fraction)
-    if rotary_dim != int(head_dim * fraction) // 2 * 2:
-        raise CheckpointError(f"{where}: partial_rotary_factor {fraction} rotates an odd dim")
+    rotated = f"{head_text} x partial_rotary_factor {fraction:g} = {rotary_dim}"
+    if rotary_dim % 2:
+        raise CheckpointError(f"{f.file}: {rotated} rotated dims, an odd number")
+    original = original_length(f, rope, kind, model_type, max_pos)
+    check_rope_parameters(
+        rope, kind, max_pos=max_pos, original=original, rotated=(rotary_dim, rotated)
+    )
+    factor = rope.number("factor", None)
+    if factor is None:  # HF's convention for longrope: the ratio of the contexts
+        factor = max_pos / original if kind == "longrope" else 1.0
+    method = tuple(
+        (name, _plain(block[name])) for name in _ROPE_PARAMS[kind] if block.get(name) is not None
+    )
     options = RopeConfig(
         theta=theta,
         rotary_fraction=fraction,

@@ -4,14 +4,16 @@ training length (`train.length`: its original context), and nothing is trained
 (`train.steps: 0`); the stages are the evaluation as loaded, every scaling (zero-shot, and
 fine-tuned with `eval.finetune_steps`), the decode protocols and the NTK probes, as for a
 model rope_lab trained. A field the trial sets that disagrees with the checkpoint is refused
-naming both values."""
+naming both values; a checkpoint whose tensor shapes (safetensors headers) disagree with its
+config.json is refused naming the key and the tensor (`rope_lab.hf.shapes`)."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from rope_lab.hf.config import read_config
+from rope_lab.hf.config import local_folder, read_config
+from rope_lab.hf.shapes import check_checkpoint
 from rope_lab.model.config import ModelConfig
 from rope_lab.roles import Export, roles
 from rope_lab.typed import ConfigError
@@ -36,6 +38,7 @@ def from_checkpoint(cfg: TrialConfig) -> TrialConfig:
     path = cfg.model.init.hf
     assert path is not None
     arch = read_config(path)
+    check_checkpoint(arch, local_folder(path))
     given = cfg.model
     for name in ARCHITECTURE:
         _agrees(f"model.{name}", getattr(given, name), getattr(ModelConfig(), name),

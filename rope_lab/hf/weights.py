@@ -6,8 +6,9 @@ family (`rope_lab.hf.config.FAMILIES`) into a `Transformer` whose forward equals
 fused `qkv_proj` split into its query, key and value rows), the q/k/v biases (Qwen2), the
 per-head `q_norm` / `k_norm` (Qwen3), `post_attention_layernorm`, `mlp.{gate,up,down}_proj`
 (Phi-3's fused `gate_up_proj`: gate rows first), then `model.norm` and `lm_head` (absent when
-tied). Layers stack along the leading axis of `Transformer.blocks`. Weights are read with
-`safetensors` into the requested dtype; nothing is downloaded.
+tied). Layers stack along the leading axis of `Transformer.blocks`. Stored rotary frequencies
+(`rotary_emb.inv_freq`, in older checkpoints) are skipped, as transformers skips them. Weights
+are read with `safetensors` into the requested dtype; nothing is downloaded.
 
 `save_hf(model, out, ...)` writes the reverse: a checkpoint `transformers` loads.
 """
@@ -29,6 +30,7 @@ from safetensors.numpy import save_file
 
 from rope_lab.config import ModelConfig
 from rope_lab.hf.config import CheckpointError, HFArchitecture, hf_config, read_config
+from rope_lab.hf.shapes import DERIVED, check_fused, check_tensors
 from rope_lab.model.positions import make_position_encoding
 from rope_lab.model.transformer import Transformer
 from rope_lab.runtime.atomic import atomic_dir
@@ -71,7 +73,11 @@ def load_into(model: ModelConfig, path: str | Path) -> Transformer:
 
 
 def build(arch: HFArchitecture, tensors: dict[str, np.ndarray], dtype: str) -> Transformer:
-    """A `Transformer` of `arch` holding the named HF tensors (all of them used, each once)."""
+    """A `Transformer` of `arch` holding the named HF tensors (all of them used, each once);
+    CheckpointError naming the config key and the tensor where they disagree
+    (`rope_lab.hf.shapes.check_tensors`)."""
+    if arch.sizes is not None:
+        check_tensors(arch, tensors)
     cfg = dataclasses.replace(arch.model, dtype=dtype)
     key = jax.random.PRNGKey(0)
     make = lambda: Transformer(
@@ -99,7 +105,9 @@ def build(arch: HFArchitecture, tensors: dict[str, np.ndarray], dtype: str) -> T
             continue
         stacked = jnp.stack([as_array(f"model.layers.{i}.{name}") for i in range(cfg.depth)])
         model = eqx.tree_at(_getter(path), model, stacked)
-    left = sorted(set(tensors) - used - {"lm_head.weight"})  # a tied checkpoint may store it
+    left = sorted(  # a tied checkpoint may store its head
+        name for name in set(tensors) - used - {"lm_head.weight"} if not DERIVED.search(name)
+    )
     if left:
         raise CheckpointError(f"tensors rope_lab does not use: {', '.join(left[:8])}")
     missing = [
@@ -150,6 +158,8 @@ def _read_tensors(folder: Path, arch: HFArchitecture) -> dict[str, np.ndarray]:
 def _split_phi3(tensors: dict[str, np.ndarray], arch: HFArchitecture) -> None:
     """qkv_proj -> q/k/v_proj (rows: heads, kv heads, kv heads x head_dim) and gate_up_proj
     -> gate_proj, up_proj (the first half is the gate), in place."""
+    if arch.sizes is not None:
+        check_fused(arch, {name: tuple(t.shape) for name, t in tensors.items()})
     m = arch.model
     q, kv = m.attention_width, m.n_kv_heads * m.d_head
     for i in range(m.depth):

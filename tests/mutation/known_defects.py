@@ -288,7 +288,7 @@ DEFECTS = (
     Defect(
         "hf-norm-epsilon-ignored",
         "rope_lab/hf/config.py",
-        '        norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),',
+        '        norm_eps=f.number("rms_norm_eps", 1e-6, positive=True),',
         "        norm_eps=1e-5,",
         ("tests/hf/test_from_hf.py",),
     ),
