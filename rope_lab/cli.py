@@ -15,6 +15,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from rope_lab.config import load_trial
 
     cfg = load_trial(args.config)  # validated before any heavy import
+    if args.out is not None:
+        from rope_lab.results.targets import check_run_target
+
+        check_run_target(args.out)
     from rope_lab.trial.evaluate import format_table
     from rope_lab.trial.run import TrialError, run_trial
 
@@ -61,6 +65,9 @@ def _cmd_sweep_run(args: argparse.Namespace) -> int:
     from rope_lab.sweep.spec import load_spec
 
     spec = load_spec(args.spec)  # validated before any work starts
+    from rope_lab.results.targets import check_run_target
+
+    check_run_target(Path(args.out) / spec.name)
     from rope_lab.sweep.report import failure_lines, next_steps, summary_table
     from rope_lab.sweep.runner import run_sweep
 

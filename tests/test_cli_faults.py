@@ -86,6 +86,40 @@ FAULTS = [
         ("nothing.yaml: cannot read YAML", "No such file"),
     ),
     Fault(
+        "train: a learning rate that is not a number",
+        lambda ws: ["train", str(_trial_yaml(ws, "train:\n  lr: .nan\n"))],
+        ("trial.yaml", "train.lr: expected a finite number, got nan"),
+    ),
+    Fault(
+        "train: a rope block under another encoding",
+        lambda ws: [
+            "train",
+            str(_trial_yaml(ws, "model:\n  position:\n    kind: alibi\n    rope: {theta: 500}\n")),
+        ],
+        ("model.position.rope: not used", "'alibi'"),
+    ),
+    Fault(
+        "train: --out holds a user's files",
+        lambda ws: ["train", str(_trial_yaml(ws)), "--out", str(_user_folder(ws))],
+        ("--out:", "mine holds notes.txt, sub/", "not a run directory"),
+    ),
+    Fault(
+        "sweep run: the run folder holds a user's files",
+        lambda ws: [
+            "sweep",
+            "run",
+            str(write_spec(ws)),
+            "--out",
+            str(_user_folder(ws / "runs", "tiny").parent),
+        ],
+        ("--out:", "tiny holds notes.txt, sub/", "not a run directory"),
+    ),
+    Fault(
+        "sweep plan: a scaling block no trial can use",
+        lambda ws: ["sweep", "plan", str(write_spec(ws, grid={"model.position.kind": ["alibi"]}))],
+        ("scaling: used by no trial",),
+    ),
+    Fault(
         "sweep plan: an unknown grid key",
         lambda ws: ["sweep", "plan", str(write_spec(ws, grid={"model.widht": [32]}))],
         ("grid.model.widht", "did you mean 'model.width'"),
