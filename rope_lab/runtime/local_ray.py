@@ -15,8 +15,9 @@ the kernel's parent-death signal, but the raylet's dashboard and runtime-env age
 raylet's death only by polling, then spend up to 60 s reporting it to the already dead GCS.
 `start` therefore launches a reaper: a small process in its own session holding the read end of
 a pipe from the driver. When the pipe closes (shutdown, or the driver's death by any signal) it
-kills the Ray processes recorded at start that are still alive (matched by pid and start time, so
-a reused pid is never hit). Linux only: elsewhere Ray starts its own reaper.
+kills the processes `ray.init` started that are still alive (the driver's descendants after it
+less those before; matched by pid and start time, so a reused pid is never hit). Linux only:
+elsewhere Ray starts its own reaper.
 """
 
 from __future__ import annotations
@@ -109,6 +110,8 @@ class LocalRay:
     """An in-process Ray cluster on loopback with its reaper; `shutdown` ends both."""
 
     def __init__(self, ray: Any, **init_kwargs: Any):
+        linux = sys.platform.startswith("linux")
+        before = set(descendants(os.getpid())) if linux else set()  # not Ray's: never reaped
         with loopback_node_address():
             ray.init(**init_kwargs)
         self._ray = ray
@@ -119,8 +122,8 @@ class LocalRay:
                 f"in-process Ray took node address {self.node_address}, not loopback: this Ray "
                 "version resolves addresses differently from the one rope_lab was written for"
             )
-        linux = sys.platform.startswith("linux")
-        self._reaper = start_reaper(descendants(os.getpid())) if linux else None
+        started = [p for p in descendants(os.getpid()) if p not in before] if linux else []
+        self._reaper = start_reaper(started) if linux else None
 
     def shutdown(self) -> None:
         """Stop Ray, then let the reaper kill whatever of it is left and exit."""

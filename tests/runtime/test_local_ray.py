@@ -105,3 +105,37 @@ def test_the_reaper_acts_when_its_driver_is_killed():
     while local_ray.start_time(orphan) == started and time.monotonic() < deadline:
         time.sleep(0.05)
     assert local_ray.start_time(orphan) != started, "the driver's child outlived it"
+
+
+class _SpawningRay:
+    """Stands in for `ray`: init starts one child process (as Ray starts its GCS and raylet)."""
+
+    def __init__(self) -> None:
+        self.children: list[subprocess.Popen] = []
+        self.util = self
+
+    def init(self, **kwargs) -> None:
+        self.children.append(_sleeper())
+
+    def get_node_ip_address(self) -> str:
+        return "127.0.0.1"
+
+    def shutdown(self) -> None:
+        pass
+
+
+@linux_only
+def test_the_reaper_gets_only_the_processes_ray_init_started(monkeypatch):
+    """A child the driver had before `ray.init` is not Ray's and is never reaped."""
+    ours = _sleeper()
+    ray = _SpawningRay()
+    recorded: list[list[tuple[int, int]]] = []
+    monkeypatch.setattr(local_ray, "start_reaper", lambda processes: recorded.append(processes))
+    try:
+        local_ray.LocalRay(ray)
+        (rays,) = ray.children
+        assert recorded == [[(rays.pid, local_ray.start_time(rays.pid))]]
+    finally:
+        for p in (ours, *ray.children):
+            p.kill()
+            p.wait()
