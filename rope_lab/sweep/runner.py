@@ -5,7 +5,9 @@ stages of trials equal but for their seeds run as one task (`pipeline.run_pack_t
 vmapped program; `rope_lab.trial.packing`), which asks for one trial's resources; each
 member's evaluation stages then run as its own tasks, as for a trial trained alone.
 Ray core tasks (in-process Ray by default, any cluster with `address`), or a serial runner with
-the same interface for tests and debugging.
+the same interface for tests and debugging. In-process Ray listens on loopback only and its
+processes end with the driver, even one killed (`rope_lab.runtime.local_ray`); a cluster keeps
+the addresses its owner configured.
 
 The driver skips finished trials before importing JAX, records failures with their tracebacks
 and carries on, retries crashed workers (Ray `max_retries`), and always shuts Ray down.
@@ -13,6 +15,7 @@ and carries on, retries crashed workers (Ray `max_retries`), and always shuts Ra
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -24,6 +27,7 @@ from rope_lab.config import ConfigError, TrialConfig, to_dict
 from rope_lab.results import is_finished, trial_dir
 from rope_lab.runtime.allocator import worker_env
 from rope_lab.runtime.device_share import device_env
+from rope_lab.runtime.local_ray import LocalRay
 from rope_lab.sweep.spec import Resources, SweepSpec
 from rope_lab.trial.packing import Pack, plan_packs
 from rope_lab.trial.pipeline import (
@@ -99,15 +103,19 @@ class RayRunner:
         import ray
 
         self._ray = ray
+        self._local: LocalRay | None = None
         if not ray.is_initialized():
-            ray.init(
-                address=address,
-                include_dashboard=False,
-                log_to_driver=False,
-                runtime_env={"env_vars": worker_env()},
-            )
-            if address is None:  # an in-process cluster never grows: a task it cannot fit waits
+            init: dict[str, Any] = {
+                "include_dashboard": False,
+                "log_to_driver": False,
+                "runtime_env": {"env_vars": worker_env()},
+            }
+            if address is None and not os.environ.get("RAY_ADDRESS"):
+                self._local = LocalRay(ray, **init)  # loopback only, reaped with the driver
+                # an in-process cluster never grows: a task it cannot fit waits
                 fits(resources, ray.cluster_resources())
+            else:  # a cluster: its addresses are what its owner configured
+                ray.init(address=address, **init)
         # Resources go to ray.remote itself, not .options(): only then does a GPU task get a
         # fresh worker process each time, so JAX's device memory is released between trials.
         # The environment goes with each task, so it applies on a cluster started by anyone.
@@ -137,8 +145,12 @@ class RayRunner:
             self._ray.cancel(h, force=True)
 
     def shutdown(self) -> None:
-        """Disconnect (and stop the in-process cluster if this driver started it)."""
-        self._ray.shutdown()
+        """Disconnect (and stop the in-process cluster and its reaper if this driver started
+        them)."""
+        if self._local is not None:
+            self._local.shutdown()
+        else:
+            self._ray.shutdown()
 
 
 @dataclass

@@ -177,7 +177,7 @@ def test_re_rotating_the_cache_is_exact_in_one_layer_and_not_deeper(scaling):
     assert gaps[2][inside + 1 :].min() > 1e-4
 
 
-@pytest.mark.slow  # ~33 s
+@pytest.mark.slow  # ~33 s; the same law at a smaller size runs by default (below)
 def test_prefill_fixed_is_one_scaling_for_the_whole_generation():
     model, prompt = _rope_model(), TOKENS[:6]
     tokens, logits = generate(model, prompt, 8, CAPACITY, protocol="prefill_fixed", scaling=DYNAMIC)
@@ -185,6 +185,24 @@ def test_prefill_fixed_is_one_scaling_for_the_whole_generation():
     want_tokens, want_logits = _teacher_greedy(lambda n: fixed, prompt, 8)
     np.testing.assert_allclose(np.asarray(logits), want_logits, rtol=2e-5, atol=2e-5)
     np.testing.assert_array_equal(np.asarray(tokens), want_tokens)
+
+
+def test_prefill_fixed_scales_once_at_the_final_length_small():
+    """The law of the slow test above at a smaller size (one layer, 3 tokens past a 7-token
+    prompt): every step's logits are the rows of one forward, over the 9 tokens read, of the
+    model scaled at that final length, neither at the prompt's nor one token short of it."""
+    model, prompt = _rope_model(depth=1), TOKENS[:7]
+    tokens, logits = generate(model, prompt, 3, CAPACITY, protocol="prefill_fixed", scaling=DYNAMIC)
+    read = jnp.concatenate([prompt, tokens[:-1]])  # 9 tokens, past L_train = 8
+    forward = eqx.filter_jit(lambda m, x: m(x))  # one program for both scalings
+
+    def at(n: int) -> np.ndarray:  # the rows that predict the 3 generated tokens
+        return np.asarray(forward(with_scaling(model, "dynamic", 2.0, None, seq_len=n), read))[6:]
+
+    want = at(9)
+    np.testing.assert_allclose(np.asarray(logits), want, rtol=2e-5, atol=2e-5)
+    np.testing.assert_array_equal(np.asarray(tokens), want.argmax(axis=-1))
+    assert np.abs(at(8) - want).max() > 1e-4  # = the unscaled model, as at the prompt's length
 
 
 @pytest.mark.parametrize("scaling", LENGTH_DEPENDENT)

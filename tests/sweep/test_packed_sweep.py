@@ -47,10 +47,11 @@ def _spec(pack: bool):
     return parse_spec({**data, "pack_seeds": pack})
 
 
-def _tables(run_dir) -> dict[str, pl.DataFrame]:
+def _tables(run_dir, names=tuple(KEYS)) -> dict[str, pl.DataFrame]:
     res = load(run_dir)
     out = {}
-    for name, keys in KEYS.items():
+    for name in names:
+        keys = KEYS[name]
         frame = res.table(name).collect()
         frame = frame.drop([c for c in TIMING if c in frame.columns])
         assert frame.select(keys).is_duplicated().sum() == 0, f"{name}: duplicated rows"
@@ -58,10 +59,10 @@ def _tables(run_dir) -> dict[str, pl.DataFrame]:
     return out
 
 
-def _assert_same_rows(expected_dir, actual_dir) -> None:
-    """Same trials, columns and rows; numbers to float32 tolerance (NTK values to 1e-5 of
-    their metric's largest magnitude, plus 1e-6)."""
-    expected, actual = _tables(expected_dir), _tables(actual_dir)
+def _assert_same_rows(expected_dir, actual_dir, names=tuple(KEYS)) -> None:
+    """Same trials, columns and rows of the tables `names`; numbers to float32 tolerance (NTK
+    values to 1e-5 of their metric's largest magnitude, plus 1e-6)."""
+    expected, actual = _tables(expected_dir, names), _tables(actual_dir, names)
     for name, want in expected.items():
         got = actual[name]
         assert got.columns == want.columns, name
@@ -175,6 +176,30 @@ def test_a_packed_sweep_stopped_after_training_runs_only_the_evaluation(
         ran = [r["stage"] for r in summary.stages[tid] if not r.get("cached")]
         assert "train" not in ran and len(ran) == len(eval_stages(spec.trials[0]))
     _assert_same_rows(unpacked, run_dir)
+
+
+def test_two_packed_seeds_write_the_rows_they_write_alone(tmp_path):
+    """The law of the slow tests above at a smaller size: two seeds, 4 steps, no NTK tracking
+    or scaling stage; the packed sweep's trials, train and eval rows are those of the seeds
+    trained alone."""
+    data = copy.deepcopy(TINY)
+    data["base"]["model"]["position"] = {"kind": "rope"}
+    data["base"]["train"].update(steps=4, log_every=2, checkpoint_every=2)
+    data["base"]["eval"]["length_multipliers"] = [1]
+    data["grid"] = {"train.seed": [0, 1]}
+    data["scaling"] = {"methods": []}
+    runs = {}
+    for pack in (False, True):
+        summary = run_sweep(
+            parse_spec({**data, "pack_seeds": pack}), tmp_path / str(pack), runner="serial",
+            progress=False,
+        )  # fmt: skip
+        assert summary.count("done") == 2
+        runs[pack] = tmp_path / str(pack) / "tiny"
+    ids = sorted(summary.statuses)
+    assert all(_done(runs[True], t)["pack"] == ids for t in ids)
+    assert all("pack" not in _done(runs[False], t) for t in ids)
+    _assert_same_rows(runs[False], runs[True], ("trials", "train", "eval"))
 
 
 def _fake_pipeline(monkeypatch, pack_result=None):

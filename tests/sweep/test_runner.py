@@ -1,5 +1,7 @@
 """Sweeps end to end: stages, tables, resume, failures, divergence, real Ray."""
 
+import sys
+
 import polars as pl
 import pytest
 
@@ -347,3 +349,97 @@ def test_a_request_the_in_process_cluster_cannot_fit_is_refused_naming_the_key()
     ):
         fits(Resources(num_cpus=4, num_gpus=0), laptop)
     fits(Resources(num_cpus=1, num_gpus=0.25), {"CPU": 16.0, "GPU": 1.0})
+
+
+class _FakeRay:
+    """Stands in for `ray` in RayRunner: records each init call, and during it, the node address
+    Ray would resolve and whether Ray believed clusters supported."""
+
+    def __init__(self, monkeypatch) -> None:
+        import ray
+        from ray._private import ray_constants, services
+
+        self.inits: list[dict] = []
+        self.shutdowns = 0
+        self.resolved: list[str] = []
+        self.cluster_mode: list[bool] = []
+
+        def init(**kwargs):
+            self.inits.append(kwargs)
+            self.resolved.append(services.get_node_ip_address())
+            self.cluster_mode.append(ray_constants.ENABLE_RAY_CLUSTER)
+
+        monkeypatch.setattr(ray, "is_initialized", lambda: False)
+        monkeypatch.setattr(ray, "init", init)
+        monkeypatch.setattr(ray, "shutdown", self.shutdown)
+        monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})
+        monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: self.resolved[-1])
+
+    def shutdown(self) -> None:
+        self.shutdowns += 1
+
+
+def test_the_in_process_runner_starts_ray_on_loopback_with_a_reaper(monkeypatch):
+    from rope_lab.runtime import local_ray
+    from rope_lab.sweep.runner import RayRunner
+    from rope_lab.sweep.spec import Resources
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    fake = _FakeRay(monkeypatch)
+    reaped: list[str] = []
+
+    class Reaper:
+        def communicate(self) -> None:
+            reaped.append("closed")
+
+    monkeypatch.setattr(local_ray, "start_reaper", lambda processes: Reaper())
+    runner = RayRunner(Resources(num_cpus=1, num_gpus=0), max_retries=0)
+    assert fake.inits == [
+        {
+            "include_dashboard": False,
+            "log_to_driver": False,
+            "runtime_env": {"env_vars": allocator.worker_env()},
+        }
+    ]
+    assert fake.resolved == ["127.0.0.1"]  # every Ray process binds to the node address
+    assert fake.cluster_mode == [False]
+    runner.shutdown()
+    assert fake.shutdowns == 1
+    assert reaped == (["closed"] if sys.platform.startswith("linux") else [])
+
+
+def test_a_cluster_runner_keeps_the_addresses_its_owner_configured(monkeypatch):
+    from ray._private import ray_constants
+
+    from rope_lab.runtime import local_ray
+    from rope_lab.sweep.runner import RayRunner
+    from rope_lab.sweep.spec import Resources
+
+    fake = _FakeRay(monkeypatch)
+    monkeypatch.setattr(local_ray, "start_reaper", lambda processes: pytest.fail("reaper"))
+    runner = RayRunner(Resources(num_cpus=1, num_gpus=0), max_retries=0, address="10.0.0.1:6379")
+    assert fake.inits == [
+        {
+            "address": "10.0.0.1:6379",
+            "include_dashboard": False,
+            "log_to_driver": False,
+            "runtime_env": {"env_vars": allocator.worker_env()},
+        }
+    ]
+    assert fake.cluster_mode == [ray_constants.ENABLE_RAY_CLUSTER]  # Ray's own choice
+    runner.shutdown()
+    assert fake.shutdowns == 1
+
+
+def test_in_process_ray_on_a_routable_node_address_is_refused(monkeypatch):
+    import ray
+
+    from rope_lab.runtime import local_ray
+
+    fake = _FakeRay(monkeypatch)
+    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "192.0.2.2")
+    with pytest.raises(
+        RuntimeError, match=r"in-process Ray took node address 192\.0\.2\.2, not loopback"
+    ):
+        local_ray.LocalRay(ray, include_dashboard=False)
+    assert fake.shutdowns == 1

@@ -103,7 +103,7 @@ CHILD = textwrap.dedent(
 )
 
 
-@pytest.mark.slow  # ~25 s on 2 cores
+@pytest.mark.slow  # ~25 s on 2 cores; its split axes are pinned by default below, without training
 def test_sharded_parameters_train_as_one_device_with_a_quarter_of_the_memory(tmp_path):
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
@@ -143,3 +143,66 @@ def test_sharded_parameters_train_as_one_device_with_a_quarter_of_the_memory(tmp
     assert restore["four_to_one_equal"] and restore["one_devices"] == 1
     assert restore["one_to_four_equal"] and "data" in restore["four_spec"]
     assert restore["four_opt_sharded"]
+
+
+SPLITS_CHILD = textwrap.dedent(
+    """
+    import itertools, json
+    import jax.numpy as jnp
+    from rope_lab.trial import parallel
+
+    assert parallel.jax.local_device_count() == 4
+    shapes = [(), (1,), (3,), (4,), (6,), (8, 6), (6, 8), (12, 12), (3, 5), (2, 9), (5, 4, 2)]
+    out = []
+    for n, shape in itertools.product((1, 2, 3, 4), shapes):
+        mesh = parallel.data_mesh(n)
+        placed = parallel.shard({"x": jnp.zeros(shape, jnp.float32)}, mesh)["x"]
+        out.append({
+            "n": n,
+            "shape": list(shape),
+            "spec": [a for a in parallel.leaf_sharding(placed, mesh).spec],
+            "shards": sorted({tuple(s.data.shape) for s in placed.addressable_shards}),
+            "devices": len(placed.sharding.device_set),
+        })
+    print("RESULT" + json.dumps(out))
+    """
+)
+
+
+def _split_axis(shape: tuple[int, ...], n: int) -> int | None:
+    """Brute force: the axis FSDP splits over n devices (the largest that n divides, the first
+    among equals), None when it keeps the array whole."""
+    best = None
+    for i, size in enumerate(shape):
+        if n > 1 and size >= n and size % n == 0 and (best is None or size > shape[best]):
+            best = i
+    return best
+
+
+def test_sharding_splits_only_an_axis_the_device_count_divides():
+    """The law of the slow test's axes, on 1-4 of 4 forced CPU devices without training: each
+    array is split along the axis `_split_axis` picks (each device holding 1/n of it), or held
+    whole on every device when no axis divides."""
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    env["JAX_PLATFORMS"] = "cpu"
+    proc = subprocess.run(
+        [sys.executable, "-c", SPLITS_CHILD], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")]
+    cases = json.loads(line.removeprefix("RESULT"))
+    assert len(cases) == 44
+    for case in cases:
+        n, shape = case["n"], tuple(case["shape"])
+        axis = _split_axis(shape, n)
+        spec = [None] * len(shape)
+        local = list(shape)
+        if axis is not None:
+            spec[axis] = "data"
+            local[axis] //= n
+        got = case["spec"] + [None] * (len(shape) - len(case["spec"]))  # unnamed trailing axes
+        assert got == spec, case
+        assert case["shards"] == [local], case
+        assert case["devices"] == n, case
