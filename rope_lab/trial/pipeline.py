@@ -15,11 +15,12 @@ added by a later spec run alone. Everything lands in `trial_dir(run_dir, trial_i
     ntk/<stage>.parquet              a RoPE scaling stage's K_cross metrics under its scaling
     superseded/<table>/<stage>.parquet  rows of finished stages the latest spec does not ask
                                      for (kept, not loaded; moved back if a spec asks again)
-    stages/<stage>/done.json         a finished stage's result; stages/<stage>/.lock its lease
+    stages/<stage>/done.json         a finished stage's result, with the size and CRC-32 of
+                                     each file it wrote (`files`); stages/<stage>/.lock its lease
     trials/trial.parquet             the trials row (status, error, time, size, flat config)
     error.txt                        a failed trial's tracebacks (the trials row's `error`)
     _SUCCESS                         the trial is finished (done or diverged) for the stages
-                                     it lists
+                                     it lists, with the proofs of their files and trials row
 
 A sweep with `pack_seeds: true` runs the train stages of trials equal but for their seeds as
 one task (`run_pack_train`, `rope_lab.trial.packing`): one vmapped program trains them, and
@@ -28,8 +29,9 @@ each member writes its own files above, as it would alone.
 Stages take plain data (a config dict, the run directory, a stage name) so a Ray worker can run
 them, import JAX only when they run (the sweep driver stays JAX-free), hold a per-stage lease so
 two drivers never run one twice, and return small dicts (never arrays). A finished stage
-returns its `done.json` result without work; an interrupted train stage resumes from its latest
-checkpoint. A Python error in a stage becomes a `failed` result carrying the traceback.
+returns its `done.json` result without work, unless a file it wrote is missing or changed since
+(then it runs again); an interrupted train stage resumes from its latest checkpoint. A Python
+error in a stage becomes a `failed` result carrying the traceback.
 
 This module is the stages' bookkeeping and imports no JAX: stage folders, `done.json`, leases,
 results and failures, the stage rows a trial loads, its trials row. What a stage computes is
@@ -38,11 +40,14 @@ results and failures, the stage rows a trial loads, its trials row. What a stage
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
+import shutil
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -57,7 +62,9 @@ from rope_lab.results.columns import (
     flatten_config,
     variant_columns,
 )
+from rope_lab.results.schema import SUCCESS_MARKER, TRIAL_SEGMENT
 from rope_lab.runtime.atomic import atomic_write_text
+from rope_lab.runtime.checked_files import CorruptFile, proof, proof_problem, read_json
 from rope_lab.trial.stage_plan import DECODE, TRAIN, Stage, eval_stages, find_stage
 
 STAGES_DIR = "stages"
@@ -68,6 +75,7 @@ ERROR_FILE = "error.txt"  # the failed stages' tracebacks, as in the trials row'
 SUPERSEDED_DIR = "superseded"  # rows of finished stages the latest spec does not ask for
 STAGE_TABLES = ("eval", "ntk")  # tables with one segment per evaluation stage
 FINISHED = ("done", "diverged")  # stage statuses that are results (a done.json is written)
+FILES_KEY = "files"  # done.json / _SUCCESS: {relative path: size and CRC-32} of files written
 
 
 def stage_dir(run_dir: str | Path, trial_id: str, stage: str) -> Path:
@@ -75,10 +83,75 @@ def stage_dir(run_dir: str | Path, trial_id: str, stage: str) -> Path:
     return trial_dir(run_dir, trial_id) / STAGES_DIR / stage
 
 
+class StageRecomputed(UserWarning):
+    """A stage whose `done.json` no longer proves its files: it is run again."""
+
+
+def stage_files(folder: Path, stage: str) -> list[Path]:
+    """The files of trial folder `folder` that stage `stage` writes and that exist now: the
+    train stage's model.eqx, train and NTK-step segments; another stage's eval / ntk segment."""
+    if stage == TRAIN_STAGE:
+        found = [folder / MODEL_FILE, *sorted((folder / "train").glob("train_*.parquet"))]
+        found += sorted((folder / "ntk").glob("ntk_*.parquet"))
+    else:
+        found = [folder / table / f"{stage}.parquet" for table in STAGE_TABLES]
+    return [path for path in found if path.is_file()]
+
+
+def file_proofs(folder: Path, paths: Sequence[Path]) -> dict[str, dict[str, int]]:
+    """`{path relative to folder: its size and CRC-32}` (`checked_files.proof`)."""
+    return {path.relative_to(folder).as_posix(): proof(path) for path in paths}
+
+
+def broken_files(folder: Path, proofs: dict[str, dict[str, int]]) -> list[str]:
+    """`"<path> <what differs>"` for each file of `proofs` (relative to trial folder `folder`)
+    missing or changed since; a stage segment found in `superseded/` counts as present."""
+    out = []
+    for rel, recorded in proofs.items():
+        path = folder / rel
+        if not path.exists() and (folder / SUPERSEDED_DIR / rel).exists():
+            path = folder / SUPERSEDED_DIR / rel
+        problem = proof_problem(path, recorded)
+        if problem is not None:
+            out.append(f"{path} {problem}")
+    return out
+
+
 def read_done(path: Path) -> dict | None:
-    """A finished stage's result, or None."""
+    """A finished stage's result, or None: also when a file the stage wrote is missing or has
+    changed since (its `files` record; a StageRecomputed warning names it) or `done.json` is
+    unreadable. A `done.json` without the record (written before stages kept one) is trusted."""
     marker = path / "done.json"
-    return json.loads(marker.read_text()) if marker.exists() else None
+    if not marker.exists():
+        return None
+    try:
+        done = read_json(marker, hint=None)
+    except CorruptFile as err:
+        warnings.warn(f"{err}; stage {path.name} runs again", StageRecomputed, stacklevel=2)
+        return None
+    broken = broken_files(path.parent.parent, done.get(FILES_KEY) or {})
+    if broken:
+        message = f"{broken[0]}: stage {path.name} is not finished and runs again"
+        warnings.warn(message, StageRecomputed, stacklevel=2)
+        return None
+    return dict(done)
+
+
+def _rewind_checkpoints(folder: Path, done: dict) -> None:
+    """Before a train stage runs again for a broken train / NTK-step segment: drop the
+    checkpoints from that step on, so training resumes before it and rewrites it (a later
+    checkpoint would resume past it)."""
+    steps = [
+        int(Path(rel).stem.split("_")[-1])
+        for rel in done.get(FILES_KEY) or {}
+        if Path(rel).parent.name in ("train", "ntk")
+        and broken_files(folder, {rel: done[FILES_KEY][rel]})
+    ]
+    if not steps:
+        return
+    for ckpt in (folder / "checkpoints").glob("*"):
+        if ckpt.name.isdigit() and int(ckpt.name) >= min(steps):
+            shutil.rmtree(ckpt)
 
 
 def compile_cache_dir() -> Path | None:
@@ -124,14 +197,20 @@ def _claim(folder: Path, stage: str, trial_id: str) -> tuple[dict | None, TrialL
     if done is not None:
         lease.release()
         return {**done, "cached": True}, None
+    if stage == TRAIN_STAGE and (folder / "done.json").exists():
+        with contextlib.suppress(CorruptFile):
+            _rewind_checkpoints(folder.parent.parent, read_json(folder / "done.json"))
     return None, lease
 
 
 def _record(folder: Path, result: dict, start: float) -> dict:
-    """`result` with its times; a finished one (FINISHED) is written to `done.json`."""
+    """`result` with its times; a finished one (FINISHED) is written to `done.json` with the
+    size and CRC-32 of each file the stage wrote (`stage_files`, under `files`)."""
     result["wall_time_s"] = time.time() - start
     result["finished_at"] = time.time()
     if result["status"] in FINISHED:
+        trial = folder.parent.parent
+        result[FILES_KEY] = file_proofs(trial, stage_files(trial, folder.name))
         atomic_write_text(folder / "done.json", json.dumps(result))
     return result
 
@@ -266,8 +345,9 @@ def finish_trial(
     run_dir: str | Path, cfg: TrialConfig, results: Sequence[dict], *, sweep: str
 ) -> str:
     """Write the trials row and config.yaml from the stage results (each with its `stage`) and,
-    unless a stage failed, `_SUCCESS` listing the trial's stages; select those stages' rows
-    (`select_stage_rows`); the failed stages' tracebacks (the row's `error`) also go to
+    unless a stage failed, `_SUCCESS` listing the trial's stages and proving their files and the
+    trials row (`file_proofs`; a failed trial's earlier `_SUCCESS` is removed); select those
+    stages' rows (`select_stage_rows`); the failed stages' tracebacks (the row's `error`) also go to
     `error.txt` (removed when a rerun has none). Returns the trial status: failed, else the
     train stage's status."""
     failed = [r for r in results if r.get("status") not in FINISHED]
@@ -305,7 +385,11 @@ def finish_trial(
         config_schema={**config_schema(TrialConfig), **VARIANT_SCHEMA},
     )
     if status != "failed":
-        mark_success(folder, stages)
+        written = [p for stage in stages for p in stage_files(folder, stage)]
+        written.append(folder / "trials" / f"{TRIAL_SEGMENT}.parquet")
+        mark_success(folder, stages, files=file_proofs(folder, written))
+    else:  # an earlier spec's marker: this trial is not finished now
+        (folder / SUCCESS_MARKER).unlink(missing_ok=True)
     return status
 
 
@@ -331,7 +415,10 @@ __all__ = [
     "MODEL_FILE",
     "STAGES_DIR",
     "TRAIN_STAGE",
+    "StageRecomputed",
+    "broken_files",
     "compile_cache_dir",
+    "file_proofs",
     "finish_trial",
     "read_done",
     "run_pack_train",
@@ -340,4 +427,5 @@ __all__ = [
     "run_trial_stages",
     "select_stage_rows",
     "stage_dir",
+    "stage_files",
 ]
