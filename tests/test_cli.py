@@ -142,3 +142,17 @@ def test_sweep_run_names_failures_and_the_run_directory(tmp_path, monkeypatch, c
     assert main(["results", str(run_dir), "--table", "trials"]) == 0
     assert main(["results", str(out), "--table", "trials", "--format", "csv"]) == 0
     assert capsys.readouterr().out.count("tiny") >= 2
+
+
+def test_a_changed_file_warning_is_one_line():
+    import warnings
+
+    from rope_lab.cli import _file_warnings_in_one_line
+    from rope_lab.trial.pipeline import StageRecomputed
+
+    _file_warnings_in_one_line()
+    text = "RUN/trials/T/model.eqx is missing: stage train is not finished"
+    line = warnings.formatwarning(StageRecomputed(text), StageRecomputed, "pipeline.py", 9)
+    assert line == f"rope-lab: warning: {text}\n"
+    other = warnings.formatwarning(UserWarning("x"), UserWarning, "a.py", 3)
+    assert other.startswith("a.py:3: UserWarning: x")

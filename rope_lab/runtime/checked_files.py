@@ -31,6 +31,11 @@ class CorruptFile(ConfigError):
     """A file rope_lab cannot read as what it should be; the message names it, in one line."""
 
 
+class FileChanged(UserWarning):
+    """A recorded file missing or changed since it was written, named (`rope-lab` prints it as
+    one `rope-lab: warning:` line)."""
+
+
 def first_line(err: BaseException) -> str:
     """The first non-empty line of ``err``'s message (its type name when it has none)."""
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
@@ -150,6 +155,7 @@ def proof_problem(path: str | Path, recorded: dict[str, Any]) -> str | None:
 __all__ = [
     "RERUN",
     "CorruptFile",
+    "FileChanged",
     "corrupt",
     "first_line",
     "parquet_schema",

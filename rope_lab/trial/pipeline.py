@@ -64,7 +64,13 @@ from rope_lab.results.columns import (
 )
 from rope_lab.results.schema import SUCCESS_MARKER, TRIAL_SEGMENT
 from rope_lab.runtime.atomic import atomic_write_text
-from rope_lab.runtime.checked_files import CorruptFile, proof, proof_problem, read_json
+from rope_lab.runtime.checked_files import (
+    CorruptFile,
+    FileChanged,
+    proof,
+    proof_problem,
+    read_json,
+)
 from rope_lab.trial.stage_plan import DECODE, TRAIN, Stage, eval_stages, find_stage
 
 STAGES_DIR = "stages"
@@ -75,6 +81,7 @@ ERROR_FILE = "error.txt"  # the failed stages' tracebacks, as in the trials row'
 SUPERSEDED_DIR = "superseded"  # rows of finished stages the latest spec does not ask for
 STAGE_TABLES = ("eval", "ntk")  # tables with one segment per evaluation stage
 FINISHED = ("done", "diverged")  # stage statuses that are results (a done.json is written)
+_AGAIN = "is not finished (a rerun recomputes it)"
 FILES_KEY = "files"  # done.json / _SUCCESS: {relative path: size and CRC-32} of files written
 
 
@@ -83,8 +90,9 @@ def stage_dir(run_dir: str | Path, trial_id: str, stage: str) -> Path:
     return trial_dir(run_dir, trial_id) / STAGES_DIR / stage
 
 
-class StageRecomputed(UserWarning):
-    """A stage whose `done.json` no longer proves its files: it is run again."""
+class StageRecomputed(FileChanged):
+    """A stage whose `done.json` no longer proves its files: not finished, a rerun recomputes
+    it."""
 
 
 def stage_files(folder: Path, stage: str) -> list[Path]:
@@ -117,6 +125,17 @@ def broken_files(folder: Path, proofs: dict[str, dict[str, int]]) -> list[str]:
     return out
 
 
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """A StageRecomputed warning, once per process for each message (the driver asks about a
+    stage several times; libraries that reset the warning filters defeat Python's own once)."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, StageRecomputed, stacklevel=3)
+
+
 def read_done(path: Path) -> dict | None:
     """A finished stage's result, or None: also when a file the stage wrote is missing or has
     changed since (its `files` record; a StageRecomputed warning names it) or `done.json` is
@@ -127,12 +146,11 @@ def read_done(path: Path) -> dict | None:
     try:
         done = read_json(marker, hint=None)
     except CorruptFile as err:
-        warnings.warn(f"{err}; stage {path.name} runs again", StageRecomputed, stacklevel=2)
+        _warn_once(f"{err}; stage {path.name} {_AGAIN}")
         return None
     broken = broken_files(path.parent.parent, done.get(FILES_KEY) or {})
     if broken:
-        message = f"{broken[0]}: stage {path.name} is not finished and runs again"
-        warnings.warn(message, StageRecomputed, stacklevel=2)
+        _warn_once(f"{broken[0]}: stage {path.name} {_AGAIN}")
         return None
     return dict(done)
 
