@@ -21,7 +21,7 @@ from rope_lab.results.schema import (
     TRIALS_SCHEMA,
     check_table,
 )
-from rope_lab.runtime.checked_files import parquet_schema
+from rope_lab.runtime.checked_files import CorruptFile, parquet_schema, rerun_hint
 from rope_lab.typed import ConfigError
 
 
@@ -71,13 +71,22 @@ def _segment_files(run_dirs: Sequence[Path], table: str) -> list[str]:
     return files
 
 
+def _check_footer(segment: str) -> dict[str, pl.DataType]:
+    """The segment's schema from its Parquet footer; CorruptFile naming it and how to
+    recompute it (`checked_files.rerun_hint` of its trial) when the footer is unreadable."""
+    try:
+        return parquet_schema(segment, hint=None)
+    except CorruptFile as err:
+        raise CorruptFile(f"{err}; {rerun_hint(Path(segment).parent.parent)}") from None
+
+
 def _scan_declared(files: list[str], table: str) -> pl.LazyFrame:
     """Segments of `table` with its declared schema, `FILLED` columns filled."""
     schema = TABLE_SCHEMAS[table]
     if not files:
         return pl.LazyFrame(schema=dict(schema))
     for f in files:
-        parquet_schema(f)
+        _check_footer(f)
     scan = pl.scan_parquet(
         files,
         schema=dict(schema),
@@ -99,7 +108,7 @@ def _scan_trials(files: list[str], declared: Mapping[str, pl.DataType]) -> pl.La
         return pl.LazyFrame(schema=dict(declared))
     groups: dict[tuple[tuple[str, pl.DataType], ...], list[str]] = {}
     for f in files:
-        groups.setdefault(tuple(parquet_schema(f).items()), []).append(f)
+        groups.setdefault(tuple(_check_footer(f).items()), []).append(f)
     found = pl.concat(
         [pl.DataFrame(schema=dict(key)) for key in groups], how="diagonal_relaxed"
     ).schema

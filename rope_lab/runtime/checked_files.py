@@ -59,6 +59,18 @@ def corrupt(
     return error(message)
 
 
+def rerun_hint(trial: str | Path) -> str:
+    """How to recompute a damaged file of trial folder ``trial``: delete it and rerun the sweep;
+    where the trial's ``_SUCCESS`` predates file records, delete that too (a rerun would skip
+    the trial)."""
+    marker = Path(trial) / "_SUCCESS"
+    try:
+        recorded = "files" in json.loads(marker.read_text())
+    except (OSError, ValueError, TypeError):
+        return RERUN
+    return RERUN if recorded else f"delete it and {marker}, then rerun the sweep to recompute it"
+
+
 def size_note(path: str | Path) -> str:
     """``"empty"``, ``"N bytes"`` or ``"missing"``: what is on disk at ``path``."""
     try:
@@ -163,5 +175,6 @@ __all__ = [
     "proof_problem",
     "read_json",
     "read_parquet",
+    "rerun_hint",
     "size_note",
 ]

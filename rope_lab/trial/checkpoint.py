@@ -31,7 +31,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from rope_lab.runtime.atomic import atomic_write
-from rope_lab.runtime.checked_files import CorruptFile, corrupt, size_note
+from rope_lab.runtime.checked_files import CorruptFile, corrupt, rerun_hint, size_note
 from rope_lab.trial.parallel import to_default_device
 
 __all__ = ["TrialCheckpointer", "load_model", "save_model"]
@@ -286,16 +286,19 @@ def load_model(path: str | Path, model_like: T) -> T:
             model = eqx.tree_deserialise_leaves(f, model_like)
             left = len(f.read(1))
     except OSError as err:
-        raise corrupt(path, "cannot be read", err) from None
+        raise corrupt(path, "cannot be read", err, hint=rerun_hint(path.parent)) from None
     except Exception as err:
         with open(path, "rb") as f:
             head = f.read(len(_NPY_MAGIC))
         if not head:
-            raise corrupt(path, "is empty") from None
+            raise corrupt(path, "is empty", hint=rerun_hint(path.parent)) from None
         what = "is truncated or damaged" if head == _NPY_MAGIC else "is not a model file"
         while err.__cause__ is not None:  # equinox wraps the reader's error in the leaf path
             err = err.__cause__  # type: ignore[assignment]
-        raise corrupt(path, f"{what} ({size_note(path)})", err) from None
+        raise corrupt(
+            path, f"{what} ({size_note(path)})", err, hint=rerun_hint(path.parent)
+        ) from None
     if left:
-        raise corrupt(path, f"holds more than this model's leaves ({size_note(path)})")
+        what = f"holds more than this model's leaves ({size_note(path)})"
+        raise corrupt(path, what, hint=rerun_hint(path.parent))
     return to_default_device(model)

@@ -44,10 +44,8 @@ import contextlib
 import datetime as dt
 import json
 import os
-import shutil
 import time
 import traceback
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -64,25 +62,26 @@ from rope_lab.results.columns import (
 )
 from rope_lab.results.schema import SUCCESS_MARKER, TRIAL_SEGMENT
 from rope_lab.runtime.atomic import atomic_write_text
-from rope_lab.runtime.checked_files import (
-    CorruptFile,
-    FileChanged,
-    proof,
-    proof_problem,
-    read_json,
+from rope_lab.runtime.checked_files import CorruptFile, read_json
+from rope_lab.trial.stage_files import (
+    FILES_KEY,
+    MODEL_FILE,
+    STAGE_TABLES,
+    SUPERSEDED_DIR,
+    StageRecomputed,
+    file_proofs,
+    rewind_checkpoints,
+    stage_files,
+    unproven_files,
+    warn_recomputed,
 )
 from rope_lab.trial.stage_plan import DECODE, TRAIN, Stage, eval_stages, find_stage
 
 STAGES_DIR = "stages"
 TRAIN_STAGE = TRAIN
-MODEL_FILE = "model.eqx"
 CONFIG_FILE = "config.yaml"
 ERROR_FILE = "error.txt"  # the failed stages' tracebacks, as in the trials row's `error`
-SUPERSEDED_DIR = "superseded"  # rows of finished stages the latest spec does not ask for
-STAGE_TABLES = ("eval", "ntk")  # tables with one segment per evaluation stage
 FINISHED = ("done", "diverged")  # stage statuses that are results (a done.json is written)
-_AGAIN = "is not finished (a rerun recomputes it)"
-FILES_KEY = "files"  # done.json / _SUCCESS: {relative path: size and CRC-32} of files written
 
 
 def stage_dir(run_dir: str | Path, trial_id: str, stage: str) -> Path:
@@ -90,86 +89,23 @@ def stage_dir(run_dir: str | Path, trial_id: str, stage: str) -> Path:
     return trial_dir(run_dir, trial_id) / STAGES_DIR / stage
 
 
-class StageRecomputed(FileChanged):
-    """A stage whose `done.json` no longer proves its files: not finished, a rerun recomputes
-    it."""
-
-
-def stage_files(folder: Path, stage: str) -> list[Path]:
-    """The files of trial folder `folder` that stage `stage` writes and that exist now: the
-    train stage's model.eqx, train and NTK-step segments; another stage's eval / ntk segment."""
-    if stage == TRAIN_STAGE:
-        found = [folder / MODEL_FILE, *sorted((folder / "train").glob("train_*.parquet"))]
-        found += sorted((folder / "ntk").glob("ntk_*.parquet"))
-    else:
-        found = [folder / table / f"{stage}.parquet" for table in STAGE_TABLES]
-    return [path for path in found if path.is_file()]
-
-
-def file_proofs(folder: Path, paths: Sequence[Path]) -> dict[str, dict[str, int]]:
-    """`{path relative to folder: its size and CRC-32}` (`checked_files.proof`)."""
-    return {path.relative_to(folder).as_posix(): proof(path) for path in paths}
-
-
-def broken_files(folder: Path, proofs: dict[str, dict[str, int]]) -> list[str]:
-    """`"<path> <what differs>"` for each file of `proofs` (relative to trial folder `folder`)
-    missing or changed since; a stage segment found in `superseded/` counts as present."""
-    out = []
-    for rel, recorded in proofs.items():
-        path = folder / rel
-        if not path.exists() and (folder / SUPERSEDED_DIR / rel).exists():
-            path = folder / SUPERSEDED_DIR / rel
-        problem = proof_problem(path, recorded)
-        if problem is not None:
-            out.append(f"{path} {problem}")
-    return out
-
-
-_WARNED: set[str] = set()
-
-
-def _warn_once(message: str) -> None:
-    """A StageRecomputed warning, once per process for each message (the driver asks about a
-    stage several times; libraries that reset the warning filters defeat Python's own once)."""
-    if message not in _WARNED:
-        _WARNED.add(message)
-        warnings.warn(message, StageRecomputed, stacklevel=3)
-
-
 def read_done(path: Path) -> dict | None:
     """A finished stage's result, or None: also when a file the stage wrote is missing or has
-    changed since (its `files` record; a StageRecomputed warning names it) or `done.json` is
-    unreadable. A `done.json` without the record (written before stages kept one) is trusted."""
+    changed since (`stage_files.unproven_files`; a StageRecomputed warning names it) or
+    `done.json` is unreadable."""
     marker = path / "done.json"
     if not marker.exists():
         return None
     try:
         done = read_json(marker, hint=None)
     except CorruptFile as err:
-        _warn_once(f"{err}; stage {path.name} {_AGAIN}")
+        warn_recomputed(f"{err}; stage {path.name}")
         return None
-    broken = broken_files(path.parent.parent, done.get(FILES_KEY) or {})
+    broken = unproven_files(path.parent.parent, path.name, done)
     if broken:
-        _warn_once(f"{broken[0]}: stage {path.name} {_AGAIN}")
+        warn_recomputed(f"{broken[0]}: stage {path.name}")
         return None
     return dict(done)
-
-
-def _rewind_checkpoints(folder: Path, done: dict) -> None:
-    """Before a train stage runs again for a broken train / NTK-step segment: drop the
-    checkpoints from that step on, so training resumes before it and rewrites it (a later
-    checkpoint would resume past it)."""
-    steps = [
-        int(Path(rel).stem.split("_")[-1])
-        for rel in done.get(FILES_KEY) or {}
-        if Path(rel).parent.name in ("train", "ntk")
-        and broken_files(folder, {rel: done[FILES_KEY][rel]})
-    ]
-    if not steps:
-        return
-    for ckpt in (folder / "checkpoints").glob("*"):
-        if ckpt.name.isdigit() and int(ckpt.name) >= min(steps):
-            shutil.rmtree(ckpt)
 
 
 def compile_cache_dir() -> Path | None:
@@ -217,7 +153,7 @@ def _claim(folder: Path, stage: str, trial_id: str) -> tuple[dict | None, TrialL
         return {**done, "cached": True}, None
     if stage == TRAIN_STAGE and (folder / "done.json").exists():
         with contextlib.suppress(CorruptFile):
-            _rewind_checkpoints(folder.parent.parent, read_json(folder / "done.json"))
+            rewind_checkpoints(folder.parent.parent, read_json(folder / "done.json"))
     return None, lease
 
 
@@ -430,13 +366,12 @@ def run_trial_stages(
 __all__ = [
     "CONFIG_FILE",
     "ERROR_FILE",
+    "FILES_KEY",
     "MODEL_FILE",
     "STAGES_DIR",
     "TRAIN_STAGE",
     "StageRecomputed",
-    "broken_files",
     "compile_cache_dir",
-    "file_proofs",
     "finish_trial",
     "read_done",
     "run_pack_train",
@@ -445,5 +380,4 @@ __all__ = [
     "run_trial_stages",
     "select_stage_rows",
     "stage_dir",
-    "stage_files",
 ]

@@ -322,14 +322,14 @@ DEFECTS = (
     ),
     Defect(
         "a-changed-stage-file-is-trusted",
-        "rope_lab/trial/pipeline.py",
-        "    broken = broken_files(path.parent.parent, done.get(FILES_KEY) or {})",
-        "    broken: list[str] = []",
+        "rope_lab/trial/stage_files.py",
+        "        return broken_files(folder, done[FILES_KEY] or {})",
+        "        return []",
         ("tests/sweep/test_corrupt_rerun.py",),
     ),
     Defect(
         "a-broken-train-segment-resumed-past",
-        "rope_lab/trial/pipeline.py",
+        "rope_lab/trial/stage_files.py",
         "            shutil.rmtree(ckpt)",
         "            pass",
         ("tests/sweep/test_corrupt_rerun.py",),

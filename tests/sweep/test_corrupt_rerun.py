@@ -105,18 +105,29 @@ def test_a_truncated_model_is_retrained_from_its_last_checkpoint(finished, tmp_p
 
 def test_a_run_written_before_file_records_resumes_unchanged(finished, tmp_path):
     spec, out, trial = _copy(finished, tmp_path)
+    run = trial.parent.parent
+    before = _eval_rows(run)
     for marker in [*trial.glob("stages/*/done.json"), trial / "_SUCCESS"]:
         record = json.loads(marker.read_text())
         assert record.pop("files")
         marker.write_text(json.dumps(record))
     (segment,) = trial.glob("eval/eval-*.parquet")
-    segment.write_bytes(segment.read_bytes() + b"\0")  # unproven: trusted, as before
+    data = segment.read_bytes()
+    segment.write_bytes(data[: len(data) // 2])  # unproven: trusted, as before
     summary = run_sweep(load_spec(spec), out, runner="serial", progress=False)
     assert summary.skipped == 1 and summary.count("done") == 0
-    (trial / "_SUCCESS").unlink()  # the stages alone: each still trusted, none runs
+    # the error says what recomputes it in such a run; doing so does
+    with pytest.raises(CorruptFile) as info:
+        load(run)
+    hint = f"; delete it and {trial / '_SUCCESS'}, then rerun the sweep to recompute it"
+    assert str(info.value).startswith(f"{segment} is not") and str(info.value).endswith(hint)
+    segment.unlink()
+    (trial / "_SUCCESS").unlink()
     times = _stage_times(trial)
-    summary = run_sweep(load_spec(spec), out, runner="serial", progress=False)
-    assert summary.count("done") == 1 and _stage_times(trial) == times
+    with pytest.warns(StageRecomputed, match=rf"^{re.escape(str(segment))} is missing: "):
+        assert run_sweep(load_spec(spec), out, runner="serial", progress=False).count("done")
+    assert {k for k, v in _stage_times(trial).items() if v != times[k]} == {segment.stem}
+    assert _eval_rows(run).equals(before)
 
 
 @pytest.mark.parametrize(("segment", "resumed_from"), [(5, 0), (10, 5)])

@@ -1,5 +1,6 @@
 """done.json proves the files its stage wrote: a missing or changed one unfinishes the stage;
-a record-free done.json (older runs) is trusted; a superseded segment still counts."""
+a record-free done.json (older runs) is trusted while its segment is there; a superseded
+segment still counts."""
 
 from __future__ import annotations
 
@@ -11,13 +12,8 @@ from pathlib import Path
 import pytest
 
 from rope_lab.results import append_rows
-from rope_lab.trial.pipeline import (
-    StageRecomputed,
-    _record,
-    read_done,
-    stage_dir,
-    stage_files,
-)
+from rope_lab.trial.pipeline import _record, read_done, stage_dir
+from rope_lab.trial.stage_files import StageRecomputed, stage_files
 
 TRIAL = "t-1"
 
@@ -70,14 +66,37 @@ def test_a_superseded_segment_still_proves_its_stage(tmp_path):
     assert read_done(folder) is not None
 
 
-def test_an_old_done_json_is_trusted_and_an_unreadable_one_is_not(tmp_path):
+def test_an_old_done_json_is_trusted_while_its_segment_is_there(tmp_path):
     folder, segment = _finished_eval_stage(tmp_path)
     marker = folder / "done.json"
     old = json.loads(marker.read_text())
     del old["files"]
     marker.write_text(json.dumps(old))
-    segment.unlink()
+    segment.write_bytes(segment.read_bytes() + b"\0")  # unproven: trusted, as before
     assert read_done(folder) == old
+    segment.unlink()  # what "delete it and rerun" asks: the stage runs again
+    with pytest.warns(StageRecomputed) as caught:
+        assert read_done(folder) is None
+    assert str(caught[0].message) == (
+        f"{segment} is missing: stage eval-ab12 is not finished (a rerun recomputes it)"
+    )
+    old_train = {"stage": "train", "status": "done"}
+    model = tmp_path / "trials" / TRIAL / "model.eqx"
+    train = stage_dir(tmp_path, TRIAL, "train")
+    train.mkdir()
+    (train / "done.json").write_text(json.dumps(old_train))
+    with pytest.warns(StageRecomputed, match=rf"^{re.escape(str(model))} is missing: stage"):
+        assert read_done(train) is None
+    model.write_bytes(b"m")
+    assert read_done(train) == old_train
+    (train / "done.json").write_text(json.dumps({**old_train, "status": "diverged"}))
+    model.unlink()
+    assert read_done(train) is not None  # a diverged run writes no model
+
+
+def test_an_unreadable_done_json_is_not_finished(tmp_path):
+    folder, _ = _finished_eval_stage(tmp_path)
+    marker = folder / "done.json"
     marker.write_text('{"stage": "eval-ab12", "sta')
     with pytest.warns(StageRecomputed, match=rf"^{re.escape(str(marker))} is not valid JSON"):
         assert read_done(folder) is None
