@@ -1,7 +1,8 @@
 """Files rope_lab reads, checked: a damaged file is named in one line, never a reader's traceback.
 
 `CorruptFile` is a ConfigError, so `rope-lab` prints it as one `rope-lab: error:` line. The
-readers of run directories (Parquet segments, `done.json`), models and checkpoints
+readers of run directories (Parquet segments, `done.json`, NTK kernel archives), models and
+checkpoints
 (`rope_lab.trial.checkpoint`), Hugging Face safetensors (`rope_lab.hf.weights`) and corpora
 (`rope_lab.corpus.meta`) raise it through `corrupt`, naming the path, what is wrong and how to
 recover.
@@ -113,6 +114,19 @@ def read_parquet(
         raise corrupt(path, what, err, hint=hint) from None
 
 
+def read_npz(path: str | Path, *, hint: str | None = RERUN) -> dict[str, Any]:
+    """The arrays of NumPy archive ``path`` by name; CorruptFile naming the file when it
+    cannot be read (a truncated or foreign file)."""
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return {name: archive[name] for name in archive.files}
+    except Exception as err:
+        what = f"is not a readable .npz file (truncated? {size_note(path)})"
+        raise corrupt(path, what, err, hint=hint) from None
+
+
 def read_json(
     path: str | Path, *, hint: str | None = RERUN, error: type[Exception] = CorruptFile
 ) -> Any:
@@ -174,6 +188,7 @@ __all__ = [
     "proof",
     "proof_problem",
     "read_json",
+    "read_npz",
     "read_parquet",
     "rerun_hint",
     "size_note",

@@ -5,6 +5,7 @@ import re
 import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rope_lab.results import append_rows
@@ -14,6 +15,7 @@ from rope_lab.runtime.checked_files import (
     proof,
     proof_problem,
     read_json,
+    read_npz,
     read_parquet,
 )
 from rope_lab.typed import ConfigError
@@ -85,3 +87,18 @@ def test_proof_is_size_and_crc32_and_tells_each_change(tmp_path):
     assert proof_problem(path, recorded) == "has changed since it was written (checksum differs)"
     path.unlink()
     assert proof_problem(path, recorded) == "is missing"
+
+
+def test_a_truncated_npz_is_named_and_a_good_one_reads_back(tmp_path):
+    path = tmp_path / "kernels_00000010.npz"
+    np.savez(path, K_train=np.eye(3), K_cross=np.ones((2, 3)))
+    arrays = read_npz(path)
+    assert set(arrays) == {"K_train", "K_cross"} and np.array_equal(arrays["K_train"], np.eye(3))
+    half = _truncate(path)
+    with pytest.raises(CorruptFile) as info:
+        read_npz(path, hint="delete the trial")
+    assert re.fullmatch(
+        rf"{re.escape(str(path))} is not a readable \.npz file \(truncated\? {half} bytes\): "
+        r".+; delete the trial",
+        str(info.value),
+    )
