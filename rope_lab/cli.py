@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -225,12 +226,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _file_warnings_in_one_line() -> None:
+    """Print FileChanged warnings (a damaged file a rerun recomputes) as one
+    `rope-lab: warning:` line, not Python's file:line and source."""
+    from rope_lab.runtime.checked_files import FileChanged
+
+    plain = warnings.formatwarning
+    if getattr(plain, "rope_lab", False):
+        return
+
+    def one_line(message, category, filename, lineno, line=None):  # type: ignore[no-untyped-def]
+        if issubclass(category, FileChanged):
+            return f"rope-lab: warning: {message}\n"
+        return plain(message, category, filename, lineno, line)
+
+    one_line.rope_lab = True  # type: ignore[attr-defined]
+    warnings.formatwarning = one_line
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; configuration errors print one line and exit 1, without a traceback."""
     from rope_lab.config import ConfigError
 
     if argv is None:  # started as a command: restart once with the tuned allocator
         reexec_tuned()
+    _file_warnings_in_one_line()
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))

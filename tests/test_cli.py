@@ -84,8 +84,13 @@ def test_sweep_plan_status_and_bad_spec(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "passkey-rope-w32" in out.stdout and "passkey-alibi-w32" in out.stdout
     assert "total" in out.stdout.lower()
-    out = run_cli("sweep", "status", str(tmp_path / "nothing"))
-    assert out.returncode == 0 and "no trials yet" in out.stdout
+    # a path that is not a run directory: the one line `rope-lab results` prints
+    for command in ("sweep", "status"), ("results",):
+        out = run_cli(*command, str(tmp_path / "nothing"))
+        assert (out.returncode, out.stdout) == (1, "")
+        assert out.stderr == (
+            f"rope-lab: error: not a run directory (no such directory): {tmp_path / 'nothing'}\n"
+        )
     bad = write_spec(tmp_path, grid={"model.widht": [32]})
     out = run_cli("sweep", "run", str(bad), "--out", str(tmp_path / "runs"))
     assert out.returncode == 1 and "Traceback" not in out.stderr
@@ -228,3 +233,17 @@ def test_sweep_run_prints_the_plans_warnings_before_it_starts(tmp_path, monkeypa
         "warning: scaling: skipped by 1 of 2 trials, because there are no RoPE scalings under "
         "model.position.kind 'alibi' (1)"
     )
+
+
+def test_a_changed_file_warning_is_one_line():
+    import warnings
+
+    from rope_lab.cli import _file_warnings_in_one_line
+    from rope_lab.trial.pipeline import StageRecomputed
+
+    _file_warnings_in_one_line()
+    text = "RUN/trials/T/model.eqx is missing: stage train is not finished"
+    line = warnings.formatwarning(StageRecomputed(text), StageRecomputed, "pipeline.py", 9)
+    assert line == f"rope-lab: warning: {text}\n"
+    other = warnings.formatwarning(UserWarning("x"), UserWarning, "a.py", 3)
+    assert other.startswith("a.py:3: UserWarning: x")

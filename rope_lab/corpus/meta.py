@@ -6,7 +6,6 @@ Layout of ``DIR`` (written by :mod:`rope_lab.corpus.prepare`): ``train.bin`` and
 
 from __future__ import annotations
 
-import json
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from rope_lab.corpus.sources import CorpusError
+from rope_lab.runtime.checked_files import CorruptFile, corrupt, read_json
 
 SPLIT_FILES = {"train": "train.bin", "eval": "eval.bin"}
 FORMAT = 1
@@ -32,29 +32,63 @@ REQUIRED = (
 )
 
 
+DTYPES = ("<u2", "<u4")  # the token id dtypes `rope-lab corpus prepare` writes
+_TYPES: dict[str, type] = {
+    "format": int,
+    "dtype": str,
+    "vocab_size": int,
+    "train_tokens": int,
+    "eval_tokens": int,
+    "train_bytes": int,
+    "eval_bytes": int,
+    "document_separator": str,
+    "tokenizer": dict,
+    "sources": list,
+    "fingerprint": str,
+}
+_REPREPARE = "prepare the corpus again"
+
+
+class CorruptCorpusFile(CorruptFile, CorpusError):
+    """A damaged file of a prepared corpus (a CorpusError and a ConfigError), named."""
+
+
 def read_meta(folder: str | Path) -> dict[str, Any]:
     """``DIR/meta.json`` as a dict; CorpusError naming the folder if it is not a prepared corpus
-    (no meta.json, unreadable, or missing a key)."""
+    (no meta.json), or CorruptCorpusFile naming meta.json if it is unreadable, not JSON, misses
+    a key or holds a value of the wrong type."""
     path = Path(folder) / "meta.json"
     if not path.is_file():
         raise CorpusError(
             f"{folder}: no meta.json, not a prepared corpus (make one with `rope-lab corpus "
             f"prepare SOURCE... --out {folder} --tokenizer T`)"
         )
-    try:
-        meta = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise CorpusError(f"{path}: unreadable ({err})") from None
+    meta = read_json(path, hint=_REPREPARE, error=CorruptCorpusFile)
+
+    def bad(what: str) -> Exception:
+        return corrupt(path, what, hint=_REPREPARE, error=CorruptCorpusFile)
+
+    if not isinstance(meta, dict):
+        raise bad(f"holds a JSON {type(meta).__name__}, not an object")
     missing = [k for k in REQUIRED if k not in meta]
     if missing:
-        raise CorpusError(f"{path}: missing {', '.join(missing)}")
+        raise bad(f"misses {', '.join(missing)}")
+    for key, kind in _TYPES.items():
+        value = meta[key]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise bad(f"has {key} = {value!r}, not a JSON {kind.__name__}")
+        if isinstance(value, int) and value < 0:
+            raise bad(f"has {key} = {value}, a negative count")
     if meta["format"] != FORMAT:
         raise CorpusError(f"{path}: format {meta['format']}, this rope_lab reads {FORMAT}")
+    if meta["dtype"] not in DTYPES:
+        raise bad(f"has dtype = {meta['dtype']!r}, not one of {', '.join(DTYPES)}")
     return dict(meta)
 
 
 def check_sizes(folder: str | Path, meta: dict[str, Any]) -> None:
-    """CorpusError naming the file unless each ``.bin`` is exactly ``tokens x itemsize`` bytes."""
+    """CorruptCorpusFile (a CorpusError) naming the file unless each ``.bin`` is exactly
+    ``tokens x itemsize`` bytes."""
     itemsize = np.dtype(meta["dtype"]).itemsize
     for split, name in SPLIT_FILES.items():
         path = Path(folder) / name
@@ -62,7 +96,7 @@ def check_sizes(folder: str | Path, meta: dict[str, Any]) -> None:
         have = path.stat().st_size if path.is_file() else None
         if have != want:
             found = "missing" if have is None else f"{have} bytes"
-            raise CorpusError(
+            raise CorruptCorpusFile(
                 f"{path}: {found}, but meta.json says {meta[f'{split}_tokens']} {meta['dtype']} "
                 f"tokens = {want} bytes (a truncated or replaced file: prepare the corpus again)"
             )

@@ -34,6 +34,7 @@ from rope_lab.hf.shapes import DERIVED, check_fused, check_tensors
 from rope_lab.model.positions import make_position_encoding
 from rope_lab.model.transformer import Transformer
 from rope_lab.runtime.atomic import atomic_dir
+from rope_lab.runtime.checked_files import corrupt, size_note
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # rope_lab block leaf -> HF per-layer tensor name (after Phi-3's fused tensors are split)
@@ -141,15 +142,21 @@ def _take(tensors: dict[str, np.ndarray], name: str, used: set[str], dtype) -> j
 
 def _read_tensors(folder: Path, arch: HFArchitecture) -> dict[str, np.ndarray]:
     """Every tensor of the folder's `*.safetensors` files, as float32 NumPy arrays, with
-    Phi-3's fused projections split into the Llama names."""
+    Phi-3's fused projections split into the Llama names; CorruptFile naming a file that
+    safetensors cannot read."""
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise CheckpointError(f"{folder}: no *.safetensors files (other formats are not read)")
     tensors: dict[str, np.ndarray] = {}
     for file in files:
-        with safe_open(str(file), framework="flax") as f:
-            for name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
-                tensors[name] = np.asarray(f.get_tensor(name), dtype=np.float32)
+        try:
+            with safe_open(str(file), framework="flax") as f:
+                for name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
+                    tensors[name] = np.asarray(f.get_tensor(name), dtype=np.float32)
+        except Exception as err:
+            what = f"is not a readable safetensors file (truncated? {size_note(file)})"
+            hint = "download or export the checkpoint again"
+            raise corrupt(file, what, err, hint=hint) from None
     if arch.model_type == "phi3":
         _split_phi3(tensors, arch)
     return tensors

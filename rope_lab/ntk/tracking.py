@@ -55,6 +55,7 @@ from rope_lab.ntk.plan import ntk_steps
 from rope_lab.ntk.probes import ProbeSets, draw_probes, readout, target_values
 from rope_lab.registry import NTK_METRICS
 from rope_lab.runtime.atomic import atomic_write
+from rope_lab.runtime.checked_files import read_npz
 from rope_lab.tasks import Task
 from rope_lab.trial.scaling_plan import Scaling
 
@@ -111,10 +112,9 @@ class NTKTracker:
         if self.resume_step is not None:
             files = [f for f in files if int(f.stem.split("_")[1]) <= self.resume_step]
         if files:
-            with np.load(files[0]) as first:
-                self.initial = dict(first)
-            with np.load(files[-1]) as last:
-                self.previous = (int(files[-1].stem.split("_")[1]), dict(last))
+            hint = f"the NTK cannot resume: delete {self.folder} and rerun the sweep to retrain it"
+            self.initial = read_npz(files[0], hint=hint)
+            self.previous = (int(files[-1].stem.split("_")[1]), read_npz(files[-1], hint=hint))
 
     @property
     def program_length(self) -> int:

@@ -1,7 +1,9 @@
 """Reading the results store: lazy scans of every segment of one or more run directories.
 
 Each table is scanned with its declared schema; hidden files (temp files of writes in
-flight) are skipped.
+flight) are skipped. Every segment's Parquet footer is read when a run is loaded
+(`rope_lab.runtime.checked_files.parquet_schema`), so a truncated segment is named then, in one
+line, not by the scan that collects it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from rope_lab.results.schema import (
     TRIALS_SCHEMA,
     check_table,
 )
+from rope_lab.runtime.checked_files import CorruptFile, parquet_schema, rerun_hint
+from rope_lab.typed import ConfigError
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -67,11 +71,22 @@ def _segment_files(run_dirs: Sequence[Path], table: str) -> list[str]:
     return files
 
 
+def _check_footer(segment: str) -> dict[str, pl.DataType]:
+    """The segment's schema from its Parquet footer; CorruptFile naming it and how to
+    recompute it (`checked_files.rerun_hint` of its trial) when the footer is unreadable."""
+    try:
+        return parquet_schema(segment, hint=None)
+    except CorruptFile as err:
+        raise CorruptFile(f"{err}; {rerun_hint(Path(segment).parent.parent)}") from None
+
+
 def _scan_declared(files: list[str], table: str) -> pl.LazyFrame:
     """Segments of `table` with its declared schema, `FILLED` columns filled."""
     schema = TABLE_SCHEMAS[table]
     if not files:
         return pl.LazyFrame(schema=dict(schema))
+    for f in files:
+        _check_footer(f)
     scan = pl.scan_parquet(
         files,
         schema=dict(schema),
@@ -93,7 +108,7 @@ def _scan_trials(files: list[str], declared: Mapping[str, pl.DataType]) -> pl.La
         return pl.LazyFrame(schema=dict(declared))
     groups: dict[tuple[tuple[str, pl.DataType], ...], list[str]] = {}
     for f in files:
-        groups.setdefault(tuple(pl.read_parquet_schema(f).items()), []).append(f)
+        groups.setdefault(tuple(_check_footer(f).items()), []).append(f)
     found = pl.concat(
         [pl.DataFrame(schema=dict(key)) for key in groups], how="diagonal_relaxed"
     ).schema
@@ -111,8 +126,9 @@ def _scan_trials(files: list[str], declared: Mapping[str, pl.DataType]) -> pl.La
     return pl.concat(frames, how="vertical")
 
 
-class RunDirError(ValueError):
-    """A path given to `load` that is neither a run directory nor a folder of run directories."""
+class RunDirError(ConfigError):
+    """A path given to `load` that is neither a run directory nor a folder of run directories
+    (a ConfigError: `rope-lab` prints it as one line)."""
 
 
 def _as_paths(run_dirs: str | Path | Sequence[str | Path]) -> tuple[Path, ...]:
@@ -163,7 +179,8 @@ def load(
 
     Each path is a run directory (it holds ``trials/``, e.g. ``runs/smoke``) or a folder of
     run directories (e.g. ``runs``: every child with a ``trials/`` folder is loaded); anything
-    else raises RunDirError (a ValueError) naming what the path holds (`run_directories`).
+    else raises RunDirError (a ValueError) naming what the path holds (`run_directories`); a
+    segment whose Parquet footer cannot be read raises CorruptFile naming it.
     train/eval/ntk use their declared schemas: columns missing from older files read as null
     (or as their `FILLED` value: an old run's ntk rows have kernel "ntk"), unknown extra
     columns are ignored. trials has TRIALS_SCHEMA, then the ``config_schema``

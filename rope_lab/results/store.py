@@ -29,6 +29,7 @@ from rope_lab.results.schema import (
     check_table,
 )
 from rope_lab.runtime.atomic import atomic_write
+from rope_lab.runtime.checked_files import proof_problem
 
 _SEGMENT_RE = re.compile(r"[A-Za-z0-9_=+\-][A-Za-z0-9_.=+\-]*")
 
@@ -113,28 +114,42 @@ def write_trial_row(
     return append_rows(trial_dir, "trials", [merged], segment=TRIAL_SEGMENT, extra_schema=extra)
 
 
-def mark_success(trial_dir: str | Path, stages: Sequence[str] | None = None) -> Path:
+def mark_success(
+    trial_dir: str | Path,
+    stages: Sequence[str] | None = None,
+    *,
+    files: Mapping[str, Mapping[str, int]] | None = None,
+) -> Path:
     """Atomically create ``<trial_dir>/_SUCCESS``: the UTC completion time and, when given, the
-    stages the trial finished (`is_finished` then tells whether those are the ones asked for)."""
+    stages the trial finished (`is_finished` then tells whether those are the ones asked for)
+    and ``files``, ``{path relative to trial_dir: {"bytes", "crc32"}}`` of the files it wrote
+    (`is_finished` then checks they are still those files)."""
     marker: dict[str, Any] = {"finished_at": dt.datetime.now(dt.UTC).isoformat()}
     if stages is not None:
         marker["stages"] = list(stages)
+    if files is not None:
+        marker["files"] = {rel: dict(p) for rel, p in files.items()}
     stamp = json.dumps(marker).encode()
     return atomic_write(Path(trial_dir) / SUCCESS_MARKER, lambda f: f.write(stamp))
 
 
 def is_finished(trial_dir: str | Path, stages: Sequence[str] | None = None) -> bool:
-    """Whether :func:`mark_success` has completed for this trial; with `stages`, for exactly
-    that set of stages (a marker that lists none, or others, is not)."""
+    """Whether :func:`mark_success` has completed for this trial and every file it recorded is
+    still as written (none missing or changed); with `stages`, for exactly that set of stages (a
+    marker that lists none, or others, is not)."""
     path = Path(trial_dir) / SUCCESS_MARKER
     if not path.is_file():
         return False
-    if stages is None:
-        return True
     try:
-        listed = json.loads(path.read_text()).get("stages")
+        marker = json.loads(path.read_text())
     except (OSError, ValueError):
         return False
+    for rel, recorded in (marker.get("files") or {}).items():
+        if proof_problem(Path(trial_dir) / rel, recorded) is not None:
+            return False  # its stage's done.json names the file (`pipeline.read_done`)
+    if stages is None:
+        return True
+    listed = marker.get("stages")
     return listed is not None and set(listed) == set(stages)
 
 

@@ -10,13 +10,13 @@ from pathlib import Path
 import polars as pl
 
 from rope_lab.results import (
-    RunDirError,
     is_finished,
-    is_run_dir,
     load,
     run_directories,
     trial_dir,
 )
+from rope_lab.results.schema import TRIAL_SEGMENT
+from rope_lab.runtime.checked_files import read_parquet
 from rope_lab.sweep.stages import STAGES_DIR, read_done
 from rope_lab.trial.pipeline import ERROR_FILE
 
@@ -166,16 +166,22 @@ def next_steps(run_dir: Path) -> list[str]:
 
 
 def status_table(run_dir: Path) -> str:
-    """Every trial folder with its state: finished, or which stages are done / pending; for a
-    folder of run directories (the `--out` of `sweep run`), each run's table under its path."""
-    if not is_run_dir(run_dir) and run_dir.is_dir():
-        try:
-            runs = run_directories(run_dir)
-        except RunDirError:
-            runs = ()
-        if runs:
-            return "\n\n".join(f"{run}:\n{_status_of_run(run)}" for run in runs)
-    return _status_of_run(run_dir)
+    """Every trial folder with its state: finished, failed (its trials row says so), or which
+    stages are done / pending; for a folder of run directories (the `--out` of `sweep run`),
+    each run's table under its path. RunDirError (one line, as `rope-lab results`) for a path
+    that is neither."""
+    runs = run_directories(run_dir)
+    if runs == (run_dir,):
+        return _status_of_run(run_dir)
+    return "\n\n".join(f"{run}:\n{_status_of_run(run)}" for run in runs)
+
+
+def _row_status(folder: Path) -> str | None:
+    """The status in a trial's trials row, or None before it has one."""
+    path = folder / "trials" / f"{TRIAL_SEGMENT}.parquet"
+    if not path.is_file():
+        return None
+    return str(read_parquet(path, ["status"])["status"][0])
 
 
 def _status_of_run(run_dir: Path) -> str:
@@ -183,7 +189,10 @@ def _status_of_run(run_dir: Path) -> str:
     for folder in _trial_folders(run_dir):
         stages = sorted((folder / STAGES_DIR).glob("*")) if (folder / STAGES_DIR).exists() else []
         done = [s.name for s in stages if read_done(s) is not None]
-        state = "finished" if is_finished(folder) else ("started" if stages else "pending")
+        if _row_status(folder) == "failed":
+            state = "failed"
+        else:
+            state = "finished" if is_finished(folder) else ("started" if stages else "pending")
         rows.append(
             {
                 "trial_id": folder.name,

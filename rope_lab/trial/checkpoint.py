@@ -11,10 +11,16 @@ Only array leaves are written; everything else (static fields, activation functi
 ``optax.EmptyState``, ``None``) is taken from the skeletons passed to :meth:`restore`. Leaves
 are stored as flat lists rather than as the pytrees themselves so that the on-disk layout does
 not depend on how Equinox or optax register their nodes.
+
+A checkpoint step or a ``model.eqx`` that cannot be read raises
+`rope_lab.runtime.checked_files.CorruptFile` naming it; restoring the latest step falls back to
+the previous readable one, with a warning naming the damaged step.
 """
 
 from __future__ import annotations
 
+import itertools
+import warnings
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -25,6 +31,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from rope_lab.runtime.atomic import atomic_write
+from rope_lab.runtime.checked_files import CorruptFile, corrupt, rerun_hint, size_note
 from rope_lab.trial.parallel import to_default_device
 
 __all__ = ["TrialCheckpointer", "load_model", "save_model"]
@@ -34,6 +41,7 @@ ModelT = TypeVar("ModelT")
 OptT = TypeVar("OptT")
 
 _FORMAT_VERSION = 1
+_NPY_MAGIC = b"\x93NUMPY"  # every leaf `eqx.tree_serialise_leaves` writes starts with it
 
 
 def _is_key_array(x: Any) -> bool:
@@ -178,16 +186,35 @@ class TrialCheckpointer:
         restore and ``ValueError`` when the skeletons do not match the checkpoint.
         """
         self._manager.wait_until_finished()
-        if step is None:
-            step = self.latest_step()
-            if step is None:
-                raise FileNotFoundError(f"no checkpoint in {self.directory}")
-        elif step not in self._manager.all_steps():
-            raise FileNotFoundError(f"no checkpoint for step {step} in {self.directory}")
+        if step is not None:
+            if step not in self._manager.all_steps():
+                raise FileNotFoundError(f"no checkpoint for step {step} in {self.directory}")
+            return self._restore_step(model_like, opt_state_like, step)
+        steps = self.all_steps()[::-1]
+        if not steps:
+            raise FileNotFoundError(f"no checkpoint in {self.directory}")
+        for newer, older in itertools.pairwise(steps):
+            try:
+                return self._restore_step(model_like, opt_state_like, newer)
+            except CorruptFile as err:
+                warnings.warn(f"{err}; restoring step {older} instead", stacklevel=2)
+        return self._restore_step(model_like, opt_state_like, steps[-1])
 
-        meta = self._manager.restore(
-            step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())
-        ).meta
+    def _restore_step(
+        self, model_like: ModelT, opt_state_like: OptT, step: int
+    ) -> tuple[ModelT, OptT, int, dict[str, Any]]:
+        """`restore` of one committed step; CorruptFile naming the step when orbax cannot read
+        it (a skeleton that does not match stays a ValueError)."""
+        where = self.directory / str(step)
+        hint = f"delete {where} to resume from the step before it"
+        try:
+            meta = self._manager.restore(
+                step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())
+            ).meta
+            if not all(isinstance(meta.get(k), dict) for k in ("model", "opt_state")):
+                raise ValueError("meta lacks the model / opt_state leaf specs")
+        except Exception as err:
+            raise corrupt(where, "is a damaged checkpoint step (meta)", err, hint=hint) from None
         model_abs = [_abstract(x) for x in _leaves(model_like)]
         opt_abs = [_abstract(x) for x in _leaves(opt_state_like)]
         for name, abstract in (("model", model_abs), ("opt_state", opt_abs)):
@@ -202,7 +229,10 @@ class TrialCheckpointer:
             items["model"] = ocp.args.StandardRestore(model_abs)
         if opt_abs:
             items["opt_state"] = ocp.args.StandardRestore(opt_abs)
-        restored = self._manager.restore(step, args=ocp.args.Composite(**items))
+        try:
+            restored = self._manager.restore(step, args=ocp.args.Composite(**items))
+        except Exception as err:
+            raise corrupt(where, "is a damaged checkpoint step", err, hint=hint) from None
         model = _rebuild(
             model_like, list(restored.model) if model_abs else [], meta["model"]["keys"]
         )
@@ -248,6 +278,27 @@ def load_model(path: str | Path, model_like: T) -> T:
     """Read a model written by :func:`save_model` into the structure of ``model_like``.
 
     Arrays land on the first device, as `rope_lab.trial.train.train` returns them, so a function
-    compiled for the trained model (and cached on disk) is reused, not recompiled."""
-    with open(path, "rb") as f:
-        return to_default_device(eqx.tree_deserialise_leaves(f, model_like))
+    compiled for the trained model (and cached on disk) is reused, not recompiled. A missing,
+    truncated or foreign file raises CorruptFile naming it."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            model = eqx.tree_deserialise_leaves(f, model_like)
+            left = len(f.read(1))
+    except OSError as err:
+        raise corrupt(path, "cannot be read", err, hint=rerun_hint(path.parent)) from None
+    except Exception as err:
+        with open(path, "rb") as f:
+            head = f.read(len(_NPY_MAGIC))
+        if not head:
+            raise corrupt(path, "is empty", hint=rerun_hint(path.parent)) from None
+        what = "is truncated or damaged" if head == _NPY_MAGIC else "is not a model file"
+        while err.__cause__ is not None:  # equinox wraps the reader's error in the leaf path
+            err = err.__cause__  # type: ignore[assignment]
+        raise corrupt(
+            path, f"{what} ({size_note(path)})", err, hint=rerun_hint(path.parent)
+        ) from None
+    if left:
+        what = f"holds more than this model's leaves ({size_note(path)})"
+        raise corrupt(path, what, hint=rerun_hint(path.parent))
+    return to_default_device(model)

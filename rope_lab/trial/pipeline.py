@@ -15,11 +15,12 @@ added by a later spec run alone. Everything lands in `trial_dir(run_dir, trial_i
     ntk/<stage>.parquet              a RoPE scaling stage's K_cross metrics under its scaling
     superseded/<table>/<stage>.parquet  rows of finished stages the latest spec does not ask
                                      for (kept, not loaded; moved back if a spec asks again)
-    stages/<stage>/done.json         a finished stage's result; stages/<stage>/.lock its lease
+    stages/<stage>/done.json         a finished stage's result, with the size and CRC-32 of
+                                     each file it wrote (`files`); stages/<stage>/.lock its lease
     trials/trial.parquet             the trials row (status, error, time, size, flat config)
     error.txt                        a failed trial's tracebacks (the trials row's `error`)
     _SUCCESS                         the trial is finished (done or diverged) for the stages
-                                     it lists
+                                     it lists, with the proofs of their files and trials row
 
 A sweep with `pack_seeds: true` runs the train stages of trials equal but for their seeds as
 one task (`run_pack_train`, `rope_lab.trial.packing`): one vmapped program trains them, and
@@ -28,8 +29,9 @@ each member writes its own files above, as it would alone.
 Stages take plain data (a config dict, the run directory, a stage name) so a Ray worker can run
 them, import JAX only when they run (the sweep driver stays JAX-free), hold a per-stage lease so
 two drivers never run one twice, and return small dicts (never arrays). A finished stage
-returns its `done.json` result without work; an interrupted train stage resumes from its latest
-checkpoint. A Python error in a stage becomes a `failed` result carrying the traceback.
+returns its `done.json` result without work, unless a file it wrote is missing or changed since
+(then it runs again); an interrupted train stage resumes from its latest checkpoint. A Python
+error in a stage becomes a `failed` result carrying the traceback.
 
 This module is the stages' bookkeeping and imports no JAX: stage folders, `done.json`, leases,
 results and failures, the stage rows a trial loads, its trials row. What a stage computes is
@@ -38,6 +40,7 @@ results and failures, the stage rows a trial loads, its trials row. What a stage
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -57,16 +60,27 @@ from rope_lab.results.columns import (
     flatten_config,
     variant_columns,
 )
+from rope_lab.results.schema import SUCCESS_MARKER, TRIAL_SEGMENT
 from rope_lab.runtime.atomic import atomic_write_text
+from rope_lab.runtime.checked_files import CorruptFile, read_json
+from rope_lab.trial.stage_files import (
+    FILES_KEY,
+    MODEL_FILE,
+    STAGE_TABLES,
+    SUPERSEDED_DIR,
+    StageRecomputed,
+    file_proofs,
+    rewind_checkpoints,
+    stage_files,
+    unproven_files,
+    warn_recomputed,
+)
 from rope_lab.trial.stage_plan import DECODE, TRAIN, Stage, eval_stages, find_stage
 
 STAGES_DIR = "stages"
 TRAIN_STAGE = TRAIN
-MODEL_FILE = "model.eqx"
 CONFIG_FILE = "config.yaml"
 ERROR_FILE = "error.txt"  # the failed stages' tracebacks, as in the trials row's `error`
-SUPERSEDED_DIR = "superseded"  # rows of finished stages the latest spec does not ask for
-STAGE_TABLES = ("eval", "ntk")  # tables with one segment per evaluation stage
 FINISHED = ("done", "diverged")  # stage statuses that are results (a done.json is written)
 
 
@@ -76,9 +90,22 @@ def stage_dir(run_dir: str | Path, trial_id: str, stage: str) -> Path:
 
 
 def read_done(path: Path) -> dict | None:
-    """A finished stage's result, or None."""
+    """A finished stage's result, or None: also when a file the stage wrote is missing or has
+    changed since (`stage_files.unproven_files`; a StageRecomputed warning names it) or
+    `done.json` is unreadable."""
     marker = path / "done.json"
-    return json.loads(marker.read_text()) if marker.exists() else None
+    if not marker.exists():
+        return None
+    try:
+        done = read_json(marker, hint=None)
+    except CorruptFile as err:
+        warn_recomputed(f"{err}; stage {path.name}")
+        return None
+    broken = unproven_files(path.parent.parent, path.name, done)
+    if broken:
+        warn_recomputed(f"{broken[0]}: stage {path.name}")
+        return None
+    return dict(done)
 
 
 def compile_cache_dir() -> Path | None:
@@ -124,14 +151,20 @@ def _claim(folder: Path, stage: str, trial_id: str) -> tuple[dict | None, TrialL
     if done is not None:
         lease.release()
         return {**done, "cached": True}, None
+    if stage == TRAIN_STAGE and (folder / "done.json").exists():
+        with contextlib.suppress(CorruptFile):
+            rewind_checkpoints(folder.parent.parent, read_json(folder / "done.json"))
     return None, lease
 
 
 def _record(folder: Path, result: dict, start: float) -> dict:
-    """`result` with its times; a finished one (FINISHED) is written to `done.json`."""
+    """`result` with its times; a finished one (FINISHED) is written to `done.json` with the
+    size and CRC-32 of each file the stage wrote (`stage_files`, under `files`)."""
     result["wall_time_s"] = time.time() - start
     result["finished_at"] = time.time()
     if result["status"] in FINISHED:
+        trial = folder.parent.parent
+        result[FILES_KEY] = file_proofs(trial, stage_files(trial, folder.name))
         atomic_write_text(folder / "done.json", json.dumps(result))
     return result
 
@@ -266,8 +299,9 @@ def finish_trial(
     run_dir: str | Path, cfg: TrialConfig, results: Sequence[dict], *, sweep: str
 ) -> str:
     """Write the trials row and config.yaml from the stage results (each with its `stage`) and,
-    unless a stage failed, `_SUCCESS` listing the trial's stages; select those stages' rows
-    (`select_stage_rows`); the failed stages' tracebacks (the row's `error`) also go to
+    unless a stage failed, `_SUCCESS` listing the trial's stages and proving their files and the
+    trials row (`file_proofs`; a failed trial's earlier `_SUCCESS` is removed); select those
+    stages' rows (`select_stage_rows`); the failed stages' tracebacks (the row's `error`) also go to
     `error.txt` (removed when a rerun has none). Returns the trial status: failed, else the
     train stage's status."""
     failed = [r for r in results if r.get("status") not in FINISHED]
@@ -305,7 +339,11 @@ def finish_trial(
         config_schema={**config_schema(TrialConfig), **VARIANT_SCHEMA},
     )
     if status != "failed":
-        mark_success(folder, stages)
+        written = [p for stage in stages for p in stage_files(folder, stage)]
+        written.append(folder / "trials" / f"{TRIAL_SEGMENT}.parquet")
+        mark_success(folder, stages, files=file_proofs(folder, written))
+    else:  # an earlier spec's marker: this trial is not finished now
+        (folder / SUCCESS_MARKER).unlink(missing_ok=True)
     return status
 
 
@@ -328,9 +366,11 @@ def run_trial_stages(
 __all__ = [
     "CONFIG_FILE",
     "ERROR_FILE",
+    "FILES_KEY",
     "MODEL_FILE",
     "STAGES_DIR",
     "TRAIN_STAGE",
+    "StageRecomputed",
     "compile_cache_dir",
     "finish_trial",
     "read_done",

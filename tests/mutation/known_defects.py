@@ -320,6 +320,27 @@ DEFECTS = (
         "    rank = counts * (n + 1) + first",
         ("tests/tasks/test_cwe.py::test_cwe_answer_is_counter_most_common",),
     ),
+    Defect(
+        "a-changed-stage-file-is-trusted",
+        "rope_lab/trial/stage_files.py",
+        "        return broken_files(folder, done[FILES_KEY] or {})",
+        "        return []",
+        ("tests/sweep/test_corrupt_rerun.py",),
+    ),
+    Defect(
+        "a-broken-train-segment-resumed-past",
+        "rope_lab/trial/stage_files.py",
+        "            shutil.rmtree(ckpt)",
+        "            pass",
+        ("tests/sweep/test_corrupt_rerun.py",),
+    ),
+    Defect(
+        "file-proof-checks-size-only",
+        "rope_lab/runtime/checked_files.py",
+        '    if "crc32" in recorded and _crc32(path, st) != recorded["crc32"]:',
+        '    if "crc32" not in recorded:',
+        ("tests/runtime/test_checked_files.py",),
+    ),
 )
 
 

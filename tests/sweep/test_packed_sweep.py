@@ -249,6 +249,7 @@ def test_the_runner_trains_each_pack_in_one_task_then_each_members_stages(
     folder = stage_dir(run_dir, rope0.trial_id, "train")
     folder.mkdir(parents=True)
     (folder / "done.json").write_text(json.dumps({"status": "done", "stage": "train"}))
+    (folder.parent.parent / "model.eqx").write_bytes(b"")  # a trained trial holds its model
     calls, finished = _fake_pipeline(monkeypatch)
     summary = run_sweep(spec, tmp_path / "runs", progress=True, runner="serial")
     assert set(summary.statuses.values()) == {"done"}

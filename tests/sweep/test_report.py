@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rope_lab.results import append_rows, mark_success, trial_dir, write_trial_row
+from rope_lab.results import RunDirError, append_rows, mark_success, trial_dir, write_trial_row
 from rope_lab.sweep.report import (
     failure_lines,
     last_line,
@@ -211,4 +211,30 @@ def test_status_of_a_run_directory_and_of_its_parent(run: Path) -> None:
     assert "pending" in text and "pk-div" in text and text.count("finished") >= 3
     parent = status_table(run.parent)
     assert parent.startswith(f"{run}:\n") and parent.endswith(text)
-    assert status_table(run.parent / "nothing") == f"{run.parent / 'nothing'}: no trials yet"
+    missing = run.parent / "nothing"
+    with pytest.raises(
+        RunDirError, match=rf"^not a run directory \(no such directory\): {missing}$"
+    ):
+        status_table(missing)
+
+
+def _state(run: Path, trial_id: str) -> str:
+    """The state column of `trial_id`'s line of `status_table` (ids are cut to fit)."""
+    (line,) = [line for line in status_table(run).splitlines() if trial_id[:20] in line]
+    return line.split("┆")[1].strip()
+
+
+def test_a_trial_whose_row_says_failed_is_failed_in_status(run: Path) -> None:
+    cfg = tiny_trial("alibi")
+    done = [{"stage": "train", "status": "done"}]
+    assert finish_trial(run, cfg, done, sweep="mixed") == "done"
+    folder = run / "trials" / cfg.trial_id
+    assert (folder / "_SUCCESS").is_file()
+    assert _state(run, cfg.trial_id) == "finished"
+    # a later spec's stage fails: the row says failed, the earlier _SUCCESS goes
+    failed = [*done, {"stage": "eval-x", "status": "failed", "error": TRACEBACK}]
+    assert finish_trial(run, cfg, failed, sweep="mixed") == "failed"
+    assert not (folder / "_SUCCESS").exists()
+    assert _state(run, cfg.trial_id) == "failed"
+    mark_success(folder)  # a marker left by an older rope_lab: the row still decides
+    assert _state(run, cfg.trial_id) == "failed"

@@ -9,6 +9,15 @@ from pathlib import Path
 from rope_lab.cli_args import positive_int
 
 
+def _count_trials(run_dirs: list[Path]) -> int:
+    """Rows of the trials tables of `run_dirs` (RunDirError / CorruptFile as `load`)."""
+    import polars as pl
+
+    from rope_lab.results import load
+
+    return int(load(run_dirs).trials.select(pl.len()).collect().item())
+
+
 def _cmd_claims(args: argparse.Namespace) -> int:
     from rope_lab.analysis.claims import format_verdicts, judge
     from rope_lab.analysis.query import QueryError
@@ -17,6 +26,9 @@ def _cmd_claims(args: argparse.Namespace) -> int:
     try:
         for name in args.claim or []:
             CLAIMS[name]
+        if not _count_trials(args.run_dirs):
+            where = ", ".join(str(p) for p in args.run_dirs)
+            raise ValueError(f"no trials in {where} (nothing to judge: run a sweep into it first)")
         verdicts = judge(args.run_dirs, args.claim, min_seeds=args.min_seeds, n_boot=args.n_boot)
     except (QueryError, UnknownName, ValueError, OSError) as e:
         print(f"rope-lab: error: {str(e).splitlines()[0]}", file=sys.stderr)

@@ -87,3 +87,22 @@ def test_nngp_rows_reach_the_nngp_claim_from_a_store(tmp_path: Path) -> None:
     (v,) = judge(run, ["nngp_stabler_than_ntk"])
     assert v.numbers == {"ntk": pytest.approx(0.4), "nngp": pytest.approx(0.05)}
     assert v.verdict == "holds"
+
+
+def test_claims_on_a_run_without_trials_or_with_a_damaged_segment_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "empty"
+    (empty / "trials").mkdir(parents=True)
+    assert main(["claims", str(empty)]) == 1
+    assert capsys.readouterr().err == (
+        f"rope-lab: error: no trials in {empty} (nothing to judge: run a sweep into it first)\n"
+    )
+    run = write_store(tmp_path / "run")
+    segment = trial_dir(run, "alibi-s1") / "eval" / "eval.parquet"
+    segment.write_bytes(segment.read_bytes()[:-8])
+    assert main(["claims", str(run)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"rope-lab: error: {segment} is not a readable Parquet file")
+    assert err.endswith("; delete it and rerun the sweep to recompute it\n")
+    assert err.count("\n") == 1
