@@ -154,12 +154,24 @@ def _readable(frame: Any, table: str, selected: bool) -> tuple[Any, int]:
     return frame.select(shown), frame.width - len(shown)
 
 
+def check_output(path: Path | None, run_dirs: list[str], option: str = "--output") -> None:
+    """TargetError (one line) when the output file `path` names a folder or lies inside the
+    results the command reads (`results.targets.check_output_file`); None: stdout."""
+    if path is None:
+        return
+    from rope_lab.results.scan import run_directories
+    from rope_lab.results.targets import check_output_file
+
+    check_output_file(path, run_directories(run_dirs), option)
+
+
 def cmd_results(args: argparse.Namespace) -> int:
     """Print or write one results table of the run directories."""
     import polars as pl
 
     from rope_lab.analysis.query import check_columns, filter_where
 
+    check_output(args.output, args.run_dirs)
     fmt = args.format
     if fmt is None:
         suffix = args.output.suffix.lstrip(".").lower() if args.output else ""
@@ -239,6 +251,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     default_dir = first.parent if first.is_file() else first
     if not first.exists():
         raise QueryError(f"not a run directory (no such path): {first}")
+    check_output(args.out, args.run_dirs, "--out")
     out = args.out if args.out is not None else default_dir / "plots" / f"{args.kind}.png"
     plots.plot(args.kind, list(args.run_dirs), out=out, **options)
     print(f"wrote {out}")
@@ -257,6 +270,7 @@ def cmd_loss_law(args: argparse.Namespace) -> int:
     from rope_lab.analysis.plots.frames import eval_frame
     from rope_lab.analysis.query import loss_metric
 
+    check_output(args.output, args.run_dirs)
     metric = args.metric or loss_metric(eval_frame(list(args.run_dirs)))
     rows, where = scaling_data(list(args.run_dirs), metric, length_ratio=args.length_ratio)
     by = tuple(_split(args.by)) if args.by else ()

@@ -17,9 +17,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rope_lab.cli import main
 from rope_lab.config import to_dict
+from tests.analysis.claims.test_cli import write_store
 from tests.helpers import tiny_trial
 from tests.sweep.conftest import write_spec
 
@@ -63,6 +66,19 @@ def _texts(ws: Path) -> Path:
     for i in range(3):
         (src / f"doc{i}.txt").write_text(f"document {i}: " + "some words here. " * 20)
     return src
+
+
+def _empty_run(ws: Path) -> Path:
+    (ws / "run" / "trials").mkdir(parents=True)
+    return ws / "run"
+
+
+def _damaged_run(ws: Path) -> Path:
+    """A run directory of hand-written rows whose one eval segment lost its last 8 bytes."""
+    run = write_store(ws / "run")
+    segment = run / "trials" / "alibi-s1" / "eval" / "eval.parquet"
+    segment.write_bytes(segment.read_bytes()[:-8])
+    return run
 
 
 def _prepare(ws: Path, out: Path | str) -> list[str]:
@@ -165,6 +181,47 @@ FAULTS = [
         lambda ws: ["reference-vectors", "--out", str(_user_folder(ws))],
         ("mine: not empty", "--overwrite"),
     ),
+    Fault(
+        "sweep status: a path that does not exist",
+        lambda ws: ["sweep", "status", str(ws / "nothing")],
+        ("not a run directory (no such directory)", "nothing"),
+    ),
+    Fault(
+        "claims: a run directory without trials",
+        lambda ws: ["claims", str(_empty_run(ws))],
+        ("no trials in", "nothing to judge"),
+    ),
+    *(
+        Fault(
+            f"{' '.join(cmd)}: a truncated results segment",
+            lambda ws, cmd=cmd: [*cmd, str(_damaged_run(ws))],
+            ("alibi-s1/eval/eval.parquet is not a readable Parquet file", "rerun the sweep"),
+        )
+        for cmd in (["results"], ["claims"], ["loss-law"], ["plot", "extrapolation"])
+    ),
+    *(
+        Fault(
+            f"{cmd[0]}: {option} inside the results it reads",
+            lambda ws, cmd=cmd, option=option: [
+                *cmd,
+                str(write_store(ws / "run")),
+                option,
+                str(ws / "run" / "trials" / "alibi-s1" / "eval" / "eval.parquet"),
+            ],
+            (f"{option}:", "is inside", "the results this command reads"),
+        )
+        for cmd, option in (
+            (["results"], "--output"),
+            (["claims"], "--output"),
+            (["loss-law"], "--output"),
+            (["plot", "extrapolation"], "--out"),
+        )
+    ),
+    Fault(
+        "results: --output is a folder",
+        lambda ws: ["results", str(write_store(ws / "run")), "--output", str(_user_folder(ws))],
+        ("--output:", "mine is a folder"),
+    ),
     *(
         Fault(
             f"{' '.join(cmd)}: not a run directory",
@@ -215,3 +272,22 @@ def test_the_snapshot_sees_a_changed_byte_a_new_file_and_a_removed_one(tmp_path)
     (folder / "sub" / "new").rmdir()
     (folder / "sub" / "data.txt").unlink()
     assert _snapshot(tmp_path) != before
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(keep=st.floats(0.0, 0.999), command=st.sampled_from(["results", "claims", "loss-law"]))
+def test_a_segment_cut_anywhere_is_named_in_one_line(keep, command, tmp_path_factory, capsys):
+    """Whatever prefix of a segment's bytes survives, the commands that read it name it."""
+    ws = tmp_path_factory.mktemp("ws")
+    run = write_store(ws / "run")
+    segment = run / "trials" / "rope-s0" / "eval" / "eval.parquet"
+    data = segment.read_bytes()
+    segment.write_bytes(data[: int(keep * len(data))])
+    before = _snapshot(ws)
+    capsys.readouterr()
+    assert main([command, str(run)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"rope-lab: error: {segment} is not a readable")
+    assert _snapshot(ws) == before

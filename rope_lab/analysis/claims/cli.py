@@ -21,8 +21,10 @@ def _count_trials(run_dirs: list[Path]) -> int:
 def _cmd_claims(args: argparse.Namespace) -> int:
     from rope_lab.analysis.claims import format_verdicts, judge
     from rope_lab.analysis.query import QueryError
+    from rope_lab.cli_analysis import check_output
     from rope_lab.registry import CLAIMS, UnknownName
 
+    check_output(args.output, args.run_dirs)
     try:
         for name in args.claim or []:
             CLAIMS[name]
@@ -35,7 +37,6 @@ def _cmd_claims(args: argparse.Namespace) -> int:
         return 1
     text = format_verdicts(verdicts, args.format)
     if args.output is not None:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(text + "\n")
     else:
         print(text)
