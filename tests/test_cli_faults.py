@@ -85,6 +85,9 @@ def _prepare(ws: Path, out: Path | str) -> list[str]:
     return ["corpus", "prepare", str(_texts(ws)), "--tokenizer", "bytes", "--out", str(out)]
 
 
+# The commands that read run directories.
+READERS = (["results"], ["claims"], ["loss-law"], ["plot", "extrapolation"])
+
 FAULTS = [
     Fault(
         "train: a misspelt key",
@@ -197,7 +200,7 @@ FAULTS = [
             lambda ws, cmd=cmd: [*cmd, str(_damaged_run(ws))],
             ("alibi-s1/eval/eval.parquet is not a readable Parquet file", "rerun the sweep"),
         )
-        for cmd in (["results"], ["claims"], ["loss-law"], ["plot", "extrapolation"])
+        for cmd in READERS
     ),
     *(
         Fault(
@@ -210,12 +213,7 @@ FAULTS = [
             ],
             (f"{option}:", "is inside", "the results this command reads"),
         )
-        for cmd, option in (
-            (["results"], "--output"),
-            (["claims"], "--output"),
-            (["loss-law"], "--output"),
-            (["plot", "extrapolation"], "--out"),
-        )
+        for cmd, option in zip(READERS, ("--output", "--output", "--output", "--out"), strict=True)
     ),
     Fault(
         "results: --output is a folder",
@@ -228,7 +226,7 @@ FAULTS = [
             lambda ws, cmd=cmd: [*cmd, str(_user_folder(ws))],
             ("not a run directory", "mine holds notes.txt"),
         )
-        for cmd in (["results"], ["claims"], ["loss-law"], ["plot", "extrapolation"])
+        for cmd in READERS
     ),
 ]
 
