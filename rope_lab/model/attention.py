@@ -47,6 +47,7 @@ from rope_lab.model.attention_logits import (
     row_weights,
     visibility,
     visible_keys,
+    with_decay,
 )
 from rope_lab.model.flash import blocked_attention
 from rope_lab.model.memory import REFERENCE_MAX_LENGTH, causal_blocks
@@ -65,9 +66,12 @@ def attend(
     implementation: str = "auto",
     window: int | None = None,
     row_scale: Float[Array, "*B H L"] | None = None,
+    log_decay: Float[Array, "*B H L"] | None = None,
 ) -> Float[Array, "*B H L Dh"]:
     """Causal attention outputs (*B, H, L, Dh) by `implementation` (see the module docstring),
     computing what `variant` says (`attention_logits.Variant`: softmax, or softmax with sinks).
+    `log_decay` (*B, H, L): a forget gate's cumulative log gates c, adding c_i - c_j to the
+    logit of each pair (FoX; reference and blocked only).
 
     `row_scale` (broadcastable to (*B, H, L)) multiplies each query's logits, bias included.
     k and v may have fewer heads (*B, KV, L, Dh), KV dividing H (grouped-query attention).
@@ -87,6 +91,8 @@ def attend(
         remapped=remapped,
         variant=variant.config,
     )
+    if log_decay is not None:
+        log_decay = log_decay.astype(jnp.float32)
     if row_scale is not None:
         row_scale = jnp.broadcast_to(row_scale, heads_shape).astype(jnp.float32)
     if chosen == "cudnn":
@@ -97,7 +103,7 @@ def attend(
     one = reference_attention if chosen == "reference" else blocked_attention
     bias_encoding = encoding if has_bias or contextual or remapped else None
 
-    def per_sequence(q, k, v, positions, row_scale):
+    def per_sequence(q, k, v, positions, row_scale, log_decay):
         return one(
             q,
             k,
@@ -108,11 +114,12 @@ def attend(
             scale=scale,
             window=window,
             row_scale=row_scale,
+            log_decay=log_decay,
         )
 
     for _ in range(len(heads_shape) - 2):
         per_sequence = jax.vmap(per_sequence)
-    return per_sequence(q, k, v, positions, row_scale)
+    return per_sequence(q, k, v, positions, row_scale, log_decay)
 
 
 def choose(
@@ -188,14 +195,18 @@ def attend_keys(
     variant: Variant,
     scale: float,
     row_scale: Float[Array, "H Lq"] | None = None,
+    q_decay: Float[Array, "H Lq"] | None = None,
+    k_decay: Float[Array, "H Lk"] | None = None,
 ) -> Float[Array, "H Lq Dh"]:
     """Exact softmax attention of queries against given keys (a decoding cache, keys in sequence
-    order) with an explicit visibility mask: the encoding's bias of the position values, its
-    contextual term, the row scale, then the mask, as the reference path computes them.
+    order) with an explicit visibility mask: the encoding's bias of the position values, the
+    forget gates' decay (`q_decay`, `k_decay`: the cumulative log gates c of the queries and
+    keys), its contextual term, the row scale, then the mask, as the reference path computes
+    them.
     k and v may have fewer heads (KV, Lk, Dh), as `attend`; under a remap q and k carry a
     leading set axis (S, H, Lq, Dh), (S, KV, Lk, Dh)."""
     k, v = expand_kv(k, q.shape[-3]), expand_kv(v, q.shape[-3])
-    bias = encoding.bias(q_positions, k_positions)
+    bias = with_decay(encoding.bias(q_positions, k_positions), q_decay, k_decay)
     choice = encoding.remap_choice(q_positions, k_positions)
     logits = block_logits(q, k, scale, bias, visible, row_scale, encoding, choice)
     weights = row_weights(logits, variant).astype(v.dtype)
@@ -217,10 +228,12 @@ def reference_attention(
     scale: float,
     window: int | None = None,
     row_scale: Float[Array, "H L"] | None = None,
+    log_decay: Float[Array, "H L"] | None = None,
 ) -> Float[Array, "H L Dh"]:
     """Exact softmax (with `variant`'s prior logit) per query block over its causal key prefix
-    (`memory.causal_blocks`), with the encoding's bias and contextual term (`contextual_bias`
-    of each block's logits). Under a remap q and k are (S, H, L, Dh), one rotation per position
+    (`memory.causal_blocks`), with the encoding's bias, the forget gates' decay (`log_decay`,
+    `attention_logits.with_decay`) and the contextual term (`contextual_bias` of each block's
+    logits). Under a remap q and k are (S, H, L, Dh), one rotation per position
     set."""
     length = q.shape[-2]
     index = jnp.arange(length)
@@ -228,6 +241,8 @@ def reference_attention(
     for start, stop in causal_blocks(length):
         q_pos, k_pos = positions[start:stop], positions[:stop]
         bias = None if encoding is None else encoding.bias(q_pos, k_pos)
+        if log_decay is not None:
+            bias = with_decay(bias, log_decay[:, start:stop], log_decay[:, :stop])
         choice = remap_choice(encoding, q_pos, k_pos)
         ok = visibility(index[start:stop], index[:stop], window)
         rows = None if row_scale is None else row_scale[:, start:stop]

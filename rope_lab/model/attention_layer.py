@@ -14,7 +14,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from rope_lab.config import LayerConfig, ModelConfig
 from rope_lab.model.attention import attend, expand_kv, visible_keys
-from rope_lab.model.attention_logits import Variant, raw_logits
+from rope_lab.model.attention_logits import Variant, raw_logits, with_decay
 from rope_lab.model.layers import Linear, Norm, fused_linear, make_linear
 from rope_lab.model.positions.modules import PositionEncoding
 
@@ -38,6 +38,7 @@ class Attention(eqx.Module):
     ssmax: Float[Array, " H"] | None  # Scalable-Softmax's s per head (model.scalable_softmax)
     variant: Variant  # what attention computes (model.attention_fn) and its learned arrays
     gate: Linear | None  # the variant's output gate (gated attention), x -> (H Dh) or (H)
+    forget: Linear | None  # the variant's forget gate (FoX), x -> (H) logits of log f
     q_norm: Norm | None
     k_norm: Norm | None
     heads: int = eqx.field(static=True)
@@ -59,6 +60,12 @@ class Attention(eqx.Module):
         features = fn.gate_features(cfg)
         gate_key = jax.random.fold_in(key, 2)
         self.gate = make_linear(cfg, cfg.width, features, gate_key) if features else None
+        forget_key = jax.random.fold_in(key, 3)
+        self.forget = (
+            make_linear(cfg, cfg.width, cfg.n_heads, forget_key, bias=True)
+            if fn.forget_gate
+            else None
+        )
         qk_norm = lambda: Norm(cfg.d_head, "rmsnorm", cfg.norm_eps) if cfg.qk_norm else None
         self.q_norm, self.k_norm = qk_norm(), qk_norm()
         self.heads = cfg.n_heads
@@ -123,6 +130,8 @@ class Attention(eqx.Module):
         q, k = self._rotated(q, k, positions, encoding)
         k = expand_kv(k, self.heads)
         bias = encoding.bias(positions, positions)
+        decay = self.log_decay(x)
+        bias = bias if decay is None else with_decay(bias, decay, decay)
         choice = encoding.remap_choice(positions, positions)
         logits = raw_logits(q, k, self.scale, bias, choice)
         term = encoding.contextual_bias(q, logits, visible_keys(positions.shape[-1], layer.window))
@@ -143,6 +152,14 @@ class Attention(eqx.Module):
             rotate = jax.vmap(rotate)
         q, k = rotate(q, k, positions)
         return q, k, jnp.swapaxes(v.reshape(*v.shape[:-1], self.kv_heads, -1), -3, -2)
+
+    def log_decay(self, x: Float[Array, "*B L D"]) -> Float[Array, "*B H L"] | None:
+        """The forget gate's cumulative log gates c_i = sum_{l<=i} log sigmoid(x_l w + b) per
+        head, in float32 (the logit of pair (i, j) gains c_i - c_j), or None without one."""
+        if self.forget is None:
+            return None
+        log_f = jax.nn.log_sigmoid(self.forget(x).astype(jnp.float32))  # (*B, L, H)
+        return jnp.swapaxes(jnp.cumsum(log_f, axis=-2), -1, -2)
 
     def output(
         self, x: Float[Array, "*B L D"], heads: Float[Array, "*B H L Dh"]
@@ -183,5 +200,6 @@ class Attention(eqx.Module):
             implementation=self.implementation,
             window=layer.window,
             row_scale=self.row_scale(positions, layer, temperature),
+            log_decay=self.log_decay(x),
         )
         return self.output(x, out)

@@ -90,6 +90,18 @@ def raw_logits(
     return s if bias is None else s + bias
 
 
+def with_decay(
+    bias: Array | None, q_decay: Float[Array, "H Bq"] | None, k_decay: Float[Array, "H Bk"] | None
+) -> Array | None:
+    """`bias` plus a forget gate's decay c_i - c_j of each pair (FoX: c the cumulative sum of
+    the log forget gates over the sequence, so c_i - c_j = sum_{l=j+1..i} log f_l <= 0), as
+    (H, Bq, Bk); `bias` itself without one."""
+    if q_decay is None or k_decay is None:
+        return bias
+    decay = q_decay[:, :, None] - k_decay[:, None, :]
+    return decay if bias is None else bias + decay
+
+
 def chosen(per_set: Float[Array, "S H Bq Bk"], choice: Array) -> Float[Array, "H Bq Bk"]:
     """Each pair's value from the set `choice` (Bq, Bk) names."""
     out = per_set[0]
@@ -165,4 +177,5 @@ __all__ = [
     "row_weights",
     "visibility",
     "visible_keys",
+    "with_decay",
 ]

@@ -117,7 +117,7 @@ class ModelConfig:
     s_h log(n), n the number of keys it attends, s learned per head and layer (initialised to
     1 / log(L_train), so the last training position starts at temperature 1).
     `attention_fn`: what attention computes (`registry.ATTENTION_FNS`: `softmax`, `sinks`,
-    `gated`, `gated_head`; its
+    `gated`, `gated_head`, `fox`, `fox_pro`; its
     own fields under its name), as opposed to `attention`, how it is computed.
     `family`: the network (`registry.MODELS`: `transformer`, `cnn`), its own typed fields
     `arch` under its name (`model.cnn.kernel_size`); the fields above it has no use for are

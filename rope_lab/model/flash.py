@@ -5,7 +5,9 @@ wholly above the diagonal or outside the window are never visited (`_Plan.key_bl
 custom VJP recomputes each block's logits from the saved per-row log-sum-exp, so training
 memory is linear in L as well as the forward. Bias parameters (KERPLE's r1, a T5 table) get
 their gradients through the encoding's own `bias`, block by block. A per-query `row_scale`
-(H, L) multiplies each logit row, bias included; its gradient is rowsum(dS * z). Under a
+(H, L) multiplies each logit row, bias included; its gradient is rowsum(dS * z). A forget
+gate's cumulative log gates c (H, L) add c_i - c_j to each pair's logit (FoX); their gradient
+is rowsum(dZ) - colsum(dZ), dZ the gradient of the logits before the row scale. Under a
 relative-position remap q and k hold one rotation per position set, (S, H, L, Dh): each tile
 computes its S logits and keeps the set `encoding.remap_choice` names per pair, and the
 backward pass sends each pair's dS to its set's dq and dk (`attention_logits.per_set`).
@@ -33,6 +35,7 @@ from rope_lab.model.attention_logits import (
     raw_logits,
     remap_choice,
     visibility,
+    with_decay,
 )
 from rope_lab.model.memory import BLOCK
 from rope_lab.model.positions.modules import PositionEncoding
@@ -76,6 +79,7 @@ def blocked_attention(
     window: int | None = None,
     block: int | None = None,
     row_scale: Float[Array, "H L"] | None = None,
+    log_decay: Float[Array, "H L"] | None = None,
 ) -> Float[Array, "H L Dh"]:
     """Online-softmax attention in (block x block) tiles, linear memory forward and backward.
 
@@ -94,11 +98,13 @@ def blocked_attention(
         positions = jnp.pad(positions, (0, pad), mode="edge")
         if row_scale is not None:
             row_scale = jnp.pad(row_scale, ((0, 0), (0, pad)), constant_values=1.0)
+        if log_decay is not None:  # padded keys follow every real query: masked either way
+            log_decay = jnp.pad(log_decay, ((0, 0), (0, pad)))
     one = positions[:1]
     has_bias = encoding is not None and jax.eval_shape(encoding.bias, one, one) is not None
     sets = q.shape[0] if q.ndim == 4 else 0
     plan = _Plan(block, n_blocks, float(scale), window, has_bias, sets)
-    out = _flash((q, k, v, encoding, row_scale, variant), positions, plan)
+    out = _flash((q, k, v, encoding, row_scale, variant, log_decay), positions, plan)
     return out[:, :length]
 
 
@@ -129,13 +135,14 @@ def _bias(encoding: PositionEncoding | None, q_positions: Array, k_positions: Ar
     return None if encoding is None else encoding.bias(q_positions, k_positions)
 
 
-def _forward(q, k, v, encoding, row_scale, variant, positions, plan: _Plan):
+def _forward(q, k, v, encoding, row_scale, variant, log_decay, positions, plan: _Plan):
     """Outputs (H, L, Dh) and per-row log-sum-exp (H, L) of the padded sequence. Each row's
     online-softmax state starts empty (max MASKED, normaliser 0), or at the variant's prior
     logit (max = prior, normaliser = 1: a key of zero value)."""
     qt, kt = (_tiles(x, plan, _qk_axis(plan)) for x in (q, k))
     vt = _tiles(v, plan)
     rt = None if row_scale is None else _tiles(row_scale, plan)
+    ct = None if log_decay is None else _tiles(log_decay, plan)
     pt = positions.reshape(plan.n_blocks, plan.block)
     heads, dh = q.shape[-3], v.shape[-1]
     prior = variant.prior_logit()
@@ -152,7 +159,7 @@ def _forward(q, k, v, encoding, row_scale, variant, positions, plan: _Plan):
 
         def key_block(j, carry):
             m, norm, acc = carry
-            bias = _bias(encoding, pt[i], pt[j])
+            bias = _decayed(_bias(encoding, pt[i], pt[j]), ct, i, j)
             choice = remap_choice(encoding, pt[i], pt[j])
             s = block_logits(qi, kt[j], plan.scale, bias, plan.mask(i, j), ri, None, choice)
             m_new = jnp.maximum(m, s.max(-1))
@@ -172,14 +179,18 @@ def _forward(q, k, v, encoding, row_scale, variant, positions, plan: _Plan):
     return _untile(out), _untile(lse)
 
 
-def _backward(q, k, v, encoding, row_scale, variant, positions, plan: _Plan, out, lse, d_out):
-    """Gradients of (q, k, v, encoding, row_scale, variant) from recomputed block logits (the
-    flash backward). With a row scale r the logits are r * z: dz = r * dS and
-    dr = rowsum(dS * z). A prior logit c (a zero-value key in every row's normaliser) leaves
-    dS as it is and gets dc = -sum_i exp(c - lse_i) delta_i (`_variant_grads`)."""
+def _backward(
+    q, k, v, encoding, row_scale, variant, log_decay, positions, plan: _Plan, out, lse, d_out
+):
+    """Gradients of (q, k, v, encoding, row_scale, variant, log_decay) from recomputed block
+    logits (the flash backward). With a row scale r the logits are r * z: dz = r * dS and
+    dr = rowsum(dS * z); a decay c_i - c_j in z gives dc = rowsum(dz) - colsum(dz). A prior
+    logit p (a zero-value key in every row's normaliser) leaves dS as it is and gets
+    dp = -sum_i exp(p - lse_i) delta_i (`_variant_grads`)."""
     qt, kt = (_tiles(x, plan, _qk_axis(plan)) for x in (q, k))
     vt, dot = (_tiles(x, plan) for x in (v, d_out))
     rt = None if row_scale is None else _tiles(row_scale, plan)
+    ct = None if log_decay is None else _tiles(log_decay, plan)
     lset = _tiles(lse, plan)
     delta = _tiles(jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), -1), plan)
     pt = positions.reshape(plan.n_blocks, plan.block)
@@ -190,12 +201,12 @@ def _backward(q, k, v, encoding, row_scale, variant, positions, plan: _Plan, out
         params = static = d_params0 = None
 
     def query_block(carry, i):
-        dk, dv, d_params = carry
+        dk, dv, d_params, dck = carry
         qi, doi = qt[i], dot[i]
         ri = None if rt is None else rt[i]
 
         def key_block(j, inner):
-            dq, dk, dv, d_params, dr = inner
+            dq, dk, dv, d_params, dr, dcq, dck = inner
             ok = plan.mask(i, j)
             if not plan.has_bias:
                 bias, bias_vjp = None, None
@@ -204,7 +215,7 @@ def _backward(q, k, v, encoding, row_scale, variant, positions, plan: _Plan, out
                     lambda p: eqx.combine(p, static).bias(pt[i], pt[j]), params
                 )
             choice = remap_choice(encoding, pt[i], pt[j])
-            z = raw_logits(qi, kt[j], plan.scale, bias, choice)
+            z = raw_logits(qi, kt[j], plan.scale, _decayed(bias, ct, i, j), choice)
             s = jnp.where(ok[None], z if ri is None else z * ri[..., None], MASKED)
             p = jnp.exp(s - lset[i][..., None])  # 0 where masked
             dv_j = jnp.einsum(
@@ -218,6 +229,9 @@ def _backward(q, k, v, encoding, row_scale, variant, positions, plan: _Plan, out
             if bias_vjp is not None:
                 (d_bias,) = bias_vjp(ds)
                 d_params = jax.tree.map(jnp.add, d_params, d_bias)
+            if ct is not None:  # masked pairs have ds = 0
+                dcq = dcq + ds.sum(-1)
+                dck = dck.at[j].add(-ds.sum(-2))
             ds = ds * plan.scale
             if choice is not None:  # each pair's dS to the set its logit came from
                 ds = per_set(ds, choice, plan.sets)
@@ -230,19 +244,19 @@ def _backward(q, k, v, encoding, row_scale, variant, positions, plan: _Plan, out
             dk_j = jnp.einsum(
                 "...hqk,...hqd->...hkd", ds.astype(qi.dtype), qi, preferred_element_type=jnp.float32
             )
-            return dq, dk.at[j].add(dk_j), dv.at[j].add(dv_j), d_params, dr
+            return dq, dk.at[j].add(dk_j), dv.at[j].add(dv_j), d_params, dr, dcq, dck
 
         dq0 = jnp.zeros(qi.shape, jnp.float32)
         dr0 = jnp.zeros(doi.shape[:-1], jnp.float32)
-        dq, dk, dv, d_params, dr = jax.lax.fori_loop(
-            *plan.key_blocks(i), key_block, (dq0, dk, dv, d_params, dr0)
+        dq, dk, dv, d_params, dr, dcq, dck = jax.lax.fori_loop(
+            *plan.key_blocks(i), key_block, (dq0, dk, dv, d_params, dr0, dr0, dck)
         )
-        return (dk, dv, d_params), (dq, dr)
+        return (dk, dv, d_params, dck), (dq, dr, dcq)
 
-    (dk, dv, d_params), (dq, dr) = jax.lax.scan(
-        query_block,
-        (jnp.zeros(kt.shape, jnp.float32), jnp.zeros(vt.shape, jnp.float32), d_params0),
-        jnp.arange(plan.n_blocks),
+    zeros = lambda x: jnp.zeros(x.shape, jnp.float32)
+    dck0 = zeros(lset)  # (n_blocks, H, block): each key's -colsum(dz)
+    (dk, dv, d_params, dck), (dq, dr, dcq) = jax.lax.scan(
+        query_block, (zeros(kt), zeros(vt), d_params0, dck0), jnp.arange(plan.n_blocks)
     )
     axis = _qk_axis(plan)
     grads = (
@@ -251,7 +265,13 @@ def _backward(q, k, v, encoding, row_scale, variant, positions, plan: _Plan, out
         _untile(dv).astype(v.dtype),
     )
     d_variant = _variant_grads(variant, lse, d_out, out)
-    return (*grads, d_params, None if row_scale is None else _untile(dr), d_variant)
+    d_decay = None if log_decay is None else _untile(dcq) + _untile(dck)
+    return (*grads, d_params, None if row_scale is None else _untile(dr), d_variant, d_decay)
+
+
+def _decayed(bias: Array | None, ct: Array | None, i: Array, j: Array) -> Array | None:
+    """The tile's bias plus the decay c_i - c_j of query block i and key block j."""
+    return bias if ct is None else with_decay(bias, ct[i], ct[j])
 
 
 def _variant_grads(variant: Variant, lse: Array, d_out: Array, out: Array):

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from rope_lab.config import DECODE_PROTOCOLS
+from rope_lab.config import DECODE_PROTOCOLS, ConfigError
 from rope_lab.model.positions.modules.remapped import RemappedRotary
 from rope_lab.model.transformer import Transformer
 
@@ -76,6 +76,11 @@ def init_cache(model: Transformer, capacity: int, dtype=None, *, raw_keys: bool 
     on the key alone), folded into the head axis (S KV heads); `raw_keys` (keys before
     rotation, rotated at every step) caches them once."""
     cfg = model.config
+    if cfg.attention_options.forget_gate:
+        raise ConfigError(
+            f"model.attention_fn {cfg.attention_fn!r}: cached decoding does not carry the forget "
+            "gates' running sums yet; evaluate it by teacher forcing"
+        )
     pattern = cfg.pattern
     repeats, heads, dh = cfg.depth // len(pattern), cfg.n_kv_heads, cfg.d_head
     dtype = model.embedding.dtype if dtype is None else dtype

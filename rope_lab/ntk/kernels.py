@@ -67,8 +67,9 @@ def param_group(path: str) -> str:
         return "embedding"
     if "attn" in parts:
         after = parts[parts.index("attn") + 1 : parts.index("attn") + 2]
-        # Scalable-Softmax's s scales q . k; an attention variant's arrays (sinks) act on it
-        if after in (["q"], ["k"], ["ssmax"], ["variant"]):
+        # Scalable-Softmax's s scales q . k; an attention variant's arrays (sinks) and a forget
+        # gate act on it
+        if after in (["q"], ["k"], ["ssmax"], ["variant"], ["forget"]):
             return "attention_qk"
         if after in (["v"], ["o"], ["gate"]):  # an output gate scales what v carries
             return "attention_vo"

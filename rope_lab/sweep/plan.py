@@ -38,11 +38,11 @@ LAZY_FORWARD = 2.2
 def _attention_params(m) -> int:
     """Weights of one block's attention projections: D A (queries), 2 D A_kv (keys and values
     of the kv heads) and A D (output), A = heads x head_dim, A_kv = kv_heads x head_dim
-    (4 D^2 for plain multi-head attention), and D G for an output gate of G features
-    (`AttentionFnConfig.gate_features`)."""
+    (4 D^2 for plain multi-head attention), and D G for the G features of the variant's own
+    projections (an output gate, a forget gate: `AttentionFnConfig.projected_features`)."""
     inner, kv = m.attention_width, m.n_kv_heads * m.d_head
-    gate = m.attention_options.gate_features(m)
-    return 2 * m.width * inner + 2 * m.width * kv + m.width * gate
+    extra = m.attention_options.projected_features(m)
+    return 2 * m.width * inner + 2 * m.width * kv + m.width * extra
 
 
 def _matmul_params(trial: TrialConfig) -> int:

@@ -18,6 +18,12 @@ the hooks are its methods on those arrays. Hooks, and the paths that call them:
   (element-wise), one scalar per head when it is heads (head-wise), none when 0. The gate acts
   after attention, so every path (reference, blocked, cuDNN, cached decoding) computes it the
   same way, in `Attention.output`.
+- `forget_gate`: a data-dependent forget gate (the Forgetting Transformer). The layer owns a
+  projection `forget` (D -> heads, with a zero bias) and adds to the logit of each pair (i, j)
+  the sum of log sigmoid(x_l w_h + b_h) over l = j+1..i, which is c_i - c_j with c the
+  cumulative sum over the sequence (`Attention.log_decay`); the reference path, the blocked
+  kernel (its custom VJP returns dc = rowsum(dz) - colsum(dz)) and `attend_keys` add it; cuDNN
+  cannot (`fused_ok` False).
 
 Softmax (`softmax`, the default) has no parameters and no prior: every path computes exactly
 what it computed before variants existed.
@@ -42,6 +48,8 @@ class AttentionFnConfig:
     order: ClassVar[int]  # rank in the registry's listings
     # cuDNN's fused kernel computes it (`jax.nn.dot_product_attention` takes no extra terms)
     fused_ok: ClassVar[bool] = False
+    # a data-dependent forget gate per head whose log sums decay each logit (FoX)
+    forget_gate: ClassVar[bool] = False
 
     def init_params(self, model: ModelConfig, *, key: PRNGKeyArray) -> Any:
         """The variant's learned arrays of one attention layer (a pytree; None: none)."""
@@ -55,6 +63,11 @@ class AttentionFnConfig:
     def gate_features(self, model: ModelConfig) -> int:
         """Features of the output gate per token: heads x head_dim, heads, or 0 for none."""
         return 0
+
+    def projected_features(self, model: ModelConfig) -> int:
+        """Features of every projection of the attention input the variant adds (the output
+        gate's and the forget gate's), the matmuls `sweep plan` counts."""
+        return self.gate_features(model) + (model.n_heads if self.forget_gate else 0)
 
     def prior_logit(self, params: Any) -> Array | None:
         """(H,) log of the extra mass in each row's softmax normaliser, or None."""
