@@ -197,7 +197,7 @@ FAULTS = [
             lambda ws, cmd=cmd: [*cmd, str(_damaged_run(ws))],
             ("alibi-s1/eval/eval.parquet is not a readable Parquet file", "rerun the sweep"),
         )
-        for cmd in (["results"], ["claims"], ["loss-law"], ["plot", "extrapolation"])
+        for cmd in (["results"], ["claims"], ["loss-law"], ["isoflop"], ["plot", "extrapolation"])
     ),
     *(
         Fault(
@@ -214,6 +214,7 @@ FAULTS = [
             (["results"], "--output"),
             (["claims"], "--output"),
             (["loss-law"], "--output"),
+            (["isoflop"], "--output"),
             (["plot", "extrapolation"], "--out"),
         )
     ),
@@ -228,7 +229,7 @@ FAULTS = [
             lambda ws, cmd=cmd: [*cmd, str(_user_folder(ws))],
             ("not a run directory", "mine holds notes.txt"),
         )
-        for cmd in (["results"], ["claims"], ["loss-law"], ["plot", "extrapolation"])
+        for cmd in (["results"], ["claims"], ["loss-law"], ["isoflop"], ["plot", "extrapolation"])
     ),
 ]
 
