@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rope_lab.cli_analysis import FORMATS, _guard, check_output, write_table
+from rope_lab.cli_analysis import FORMATS, check_output, one_line_errors, write_table
 from rope_lab.cli_args import non_negative_int
 
 __all__ = ["add_command", "cmd_isoflop"]
@@ -20,6 +20,7 @@ PROFILE_VIEW = (
     "n_star",
     "n_star_ci_low",
     "n_star_ci_high",
+    "n_star_vs_1x",
     "d_star",
     "loss_at_min",
     "error",
@@ -62,7 +63,18 @@ def isoflop_frames(args: argparse.Namespace) -> tuple[Any, Any, str]:
     profiles, frontier = isoflop_tables(
         frame, n=args.n, y=metric, by=by, flops=args.flops, n_boot=args.n_boot
     )
-    return profiles, frontier, metric
+    return with_ratio_one(profiles, by), frontier, metric
+
+
+def with_ratio_one(profiles: Any, by: tuple[str, ...]) -> Any:
+    """``profiles`` with ``n_star_vs_1x``: N* over the N* of the same group and compute at
+    length ratio 1 (null without that profile): does the optimum at 4 x L_train move?"""
+    import polars as pl
+
+    keys = [*(c for c in by if c != "length_ratio"), "compute"]
+    base = profiles.filter(pl.col("length_ratio") == 1.0).select(*keys, _n1=pl.col("n_star"))
+    joined = profiles.join(base, on=keys, how="left", nulls_equal=True, maintain_order="left")
+    return joined.with_columns(n_star_vs_1x=pl.col("n_star") / pl.col("_n1")).drop("_n1")
 
 
 def cmd_isoflop(args: argparse.Namespace) -> int:
@@ -184,4 +196,4 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
         "exponents) / json (profiles and frontier)",
     )
     p.add_argument("--output", type=Path, metavar="FILE", help="write to FILE, not stdout")
-    p.set_defaults(func=_guard(cmd_isoflop))
+    p.set_defaults(func=one_line_errors(cmd_isoflop))

@@ -127,3 +127,16 @@ def test_single_seed_has_no_interval_and_missing_columns_are_named() -> None:
     assert frontier.get_column("a_ci_low").is_nan().all()
     with pytest.raises(ValueError, match=r"isoflop: no column\(s\) \['tokens_seen'\]"):
         isoflop_tables(pl.DataFrame({"n_params_non_embedding": [1.0], "loss": [1.0]}), by=())
+
+
+def test_a_recorded_flops_column_is_the_compute() -> None:
+    rows = law_rows(0.3, 0.3, noise=0.0, seeds=1)
+    doubled = rows.with_columns(
+        train_flops=12.0 * pl.col("n_params_non_embedding") * pl.col("tokens_seen")
+    )
+    profiles, frontier = isoflop_tables(doubled, flops="train_flops", n_boot=0)
+    assert profiles.get_column("compute").to_list() == pytest.approx([2 * c for c in BUDGETS])
+    assert profiles.get_column("n_star").to_list() == pytest.approx(
+        [n_opt(c, 0.3, 0.3) for c in BUDGETS], rel=1e-9
+    )
+    assert frontier.get_column("compute_source").to_list() == ["column train_flops"]

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -17,6 +18,7 @@ from rope_lab.results import append_rows, trial_dir, write_trial_row
 
 E, A, B, EXPONENT = 1.69, 406.4, 410.7, 0.3  # alpha = beta: parabola vertices are exact
 BUDGETS = (1e15, 1e16, 1e17)
+SHORT = 1e18  # a budget with 2 sizes only: its profile is refused
 LENGTH = 16
 
 
@@ -26,33 +28,33 @@ def n_opt(c: float) -> float:
 
 
 def write_store(run: Path) -> Path:
-    """ALiBi trials, 3 sizes around N*(C) per budget, one seed; loss at 4 x L_train 0.25 higher."""
-    for c in BUDGETS:
-        for k in (-1, 0, 1):
-            n = n_opt(c) * math.exp(0.5 * k)
-            d = c / (6 * n)
-            loss = E + A / n**EXPONENT + B / d**EXPONENT
-            tid = f"c{c:g}-k{k}"
-            config = {
-                "train.seed": 0,
-                "train.length": LENGTH,
-                "task.name": "lm",
-                "model.position.kind": "alibi",
+    """ALiBi trials, 3 sizes around N*(C) per budget (2 at SHORT), one seed; at 4 x L_train
+    A is 1.2 x larger (so larger models are optimal there)."""
+    for c, k in [*((c, k) for c in BUDGETS for k in (-1, 0, 1)), (SHORT, -1), (SHORT, 0)]:
+        n = n_opt(c) * math.exp(0.5 * k)
+        d = c / (6 * n)
+        loss = {r: E + A * (1 + 0.2 * (r > 1)) / n**EXPONENT + B / d**EXPONENT for r in (1, 4)}
+        tid = f"c{c:g}-k{k}"
+        config = {
+            "train.seed": 0,
+            "train.length": LENGTH,
+            "task.name": "lm",
+            "model.position.kind": "alibi",
+        }
+        row = {"status": "done", "n_params_non_embedding": round(n), "tokens_seen": round(d)}
+        write_trial_row(trial_dir(run, tid), row, config)
+        evals = [
+            {
+                "step": 10,
+                "method": "none",
+                "factor": 1.0,
+                "finetune_steps": 0,
+                "length": LENGTH * r,
+                "loss": loss[r],
             }
-            row = {"status": "done", "n_params_non_embedding": round(n), "tokens_seen": round(d)}
-            write_trial_row(trial_dir(run, tid), row, config)
-            evals = [
-                {
-                    "step": 10,
-                    "method": "none",
-                    "factor": 1.0,
-                    "finetune_steps": 0,
-                    "length": LENGTH * r,
-                    "loss": loss + 0.25 * (r > 1),
-                }
-                for r in (1, 4)
-            ]
-            append_rows(trial_dir(run, tid), "eval", evals, segment="eval")
+            for r in (1, 4)
+        ]
+        append_rows(trial_dir(run, tid), "eval", evals, segment="eval")
     return run
 
 
@@ -65,6 +67,7 @@ def test_cli_prints_profiles_and_frontier(
     head = out.splitlines()[0]
     assert head.startswith("isoFLOP profiles of loss: C = 6 N D (N = n_params_non_embedding")
     assert "bucketed within 10%" in head and "frontier N* ∝ C^a" in out
+    assert "n_star_vs_1x" in out.splitlines()[2]
 
     target = tmp_path / "iso.json"
     assert (
@@ -74,12 +77,19 @@ def test_cli_prints_profiles_and_frontier(
     got = json.loads(target.read_text())
     profiles = pl.DataFrame(got["profiles"])
     assert sorted(set(profiles.get_column("length_ratio"))) == [1.0, 4.0]
-    for ratio in (1.0, 4.0):  # the same compute-optimal N at 4 x L_train as at L_train
-        at = profiles.filter(pl.col("length_ratio") == ratio).sort("compute")
-        want = [n_opt(c) for c in BUDGETS]
-        assert at.get_column("n_star").to_list() == pytest.approx(want, rel=1e-3)
+    refused = profiles.filter(pl.col("compute") > SHORT / 2).get_column("error").to_list()
+    assert refused == ["2 distinct N; a parabola in log N needs at least 3"] * 2
+    fitted = profiles.filter(pl.col("error").is_null())
+    at_1 = fitted.filter(pl.col("length_ratio") == 1.0).sort("compute")
+    at_4 = fitted.filter(pl.col("length_ratio") == 4.0).sort("compute")
+    n_1, n_4 = at_1.get_column("n_star").to_numpy(), at_4.get_column("n_star").to_numpy()
+    assert n_1.tolist() == pytest.approx([n_opt(c) for c in BUDGETS], rel=1e-3)
+    assert at_1.get_column("n_star_vs_1x").to_list() == pytest.approx([1.0] * 3, rel=1e-12)
+    assert at_4.get_column("n_star_vs_1x").to_list() == pytest.approx(n_4 / n_1, rel=1e-12)
+    assert np.all(n_4 / n_1 > 1.2)  # the optimum moves to larger N at 4 x L_train
     (front,) = [f for f in got["frontier"] if f["length_ratio"] == 4.0]
     assert front["a"] == pytest.approx(0.5, abs=1e-3) and front["error"] is None
+    assert front["n_profiles"] == 3
 
     csv = tmp_path / "iso.csv"
     assert (
@@ -100,8 +110,8 @@ def test_cli_prints_profiles_and_frontier(
         == 0
     )
     table = pl.read_csv(csv)
-    assert table.height == 3 and set(table.get_column("length_ratio")) == {4.0}
-    assert table.get_column("a").to_list() == pytest.approx([0.5] * 3, abs=1e-3)
+    assert table.height == 4 and set(table.get_column("length_ratio")) == {4.0}
+    assert table.get_column("a").to_list() == pytest.approx([0.5] * 4, abs=1e-3)
 
 
 def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
