@@ -216,12 +216,14 @@ def build_parser() -> argparse.ArgumentParser:
     from rope_lab.cli_analysis import add_commands
     from rope_lab.cli_corpus import add_command as add_corpus
     from rope_lab.cli_hf import add_command as add_export
+    from rope_lab.cli_isoflop import add_command as add_isoflop
     from rope_lab.cli_reference import add_command as add_reference
 
     add_commands(sub)
     add_claims(sub)
     add_corpus(sub)
     add_export(sub)
+    add_isoflop(sub)
     add_reference(sub)
     return parser
 

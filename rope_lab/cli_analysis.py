@@ -36,7 +36,9 @@ def _fail(message: str) -> int:
     return 1
 
 
-def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+def one_line_errors(
+    func: Callable[[argparse.Namespace], int],
+) -> Callable[[argparse.Namespace], int]:
     """Turn query, value, polars and file errors into one error line and exit code 1."""
 
     def run(args: argparse.Namespace) -> int:
@@ -383,7 +385,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         default=60,
         help="table format: rows shown (default 60, 0 = all)",
     )
-    p.set_defaults(func=_guard(cmd_results))
+    p.set_defaults(func=one_line_errors(cmd_results))
 
     p = subparsers.add_parser(
         "loss-law",
@@ -409,7 +411,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                    help="bootstrap refits (default 200; 0: no intervals)")  # fmt: skip
     p.add_argument("--format", choices=FORMATS, default="table", help="table, csv, parquet, json")
     p.add_argument("--output", type=Path, metavar="FILE", help="write to FILE, not stdout")
-    p.set_defaults(func=_guard(cmd_loss_law))
+    p.set_defaults(func=one_line_errors(cmd_loss_law))
 
     p = subparsers.add_parser(
         "plot",
@@ -440,4 +442,4 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                    help="any keyword option of the kind (repeatable; VALUE read as YAML, "
                    "checked against the option's type): --set n_boot=50 --set "
                    "'metrics=[velocity, relative_change]'")  # fmt: skip
-    p.set_defaults(func=_guard(cmd_plot))
+    p.set_defaults(func=one_line_errors(cmd_plot))
