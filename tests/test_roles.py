@@ -144,6 +144,7 @@ def test_execution_fields_are_declared_and_never_move_the_id():
         "model.attention",
         "train.devices",
         "train.shard_params",
+        "train.remat",
         "eval.pad_to_longest",
         "eval.memory_budget_mb",
         "ntk.chunk_size",

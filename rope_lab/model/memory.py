@@ -101,10 +101,16 @@ def saved_pairs(length: int, implementation: str) -> int:
 
 
 def train_step_bytes(
-    model: ModelConfig, vocab: int, length: int, batch: int, n_params: int, sets: int = 1
+    model: ModelConfig,
+    vocab: int,
+    length: int,
+    batch: int,
+    n_params: int,
+    sets: int = 1,
+    remat: str = "none",
 ) -> int:
     """Upper bound on the bytes of one train step of `batch` sequences at `length` (rich
-    regime, float32, no rematerialisation).
+    regime, float32) under rematerialisation `remat` (`train.remat`).
 
     28 bytes a parameter (7 floats: the parameter and Adam's two moments, then the gradient,
     the update and the new moments before they replace the old; XLA's estimate is 24 where
@@ -120,22 +126,43 @@ def train_step_bytes(
     + temporaries; tests/model/test_memory.py checks the bound lies within 1-2.5x of it) over
     RoPE, ALiBi, T5, KERPLE, FIRE, CoPE, xPos and learned tables, both attention paths; the
     measured ratios: benchmarks/RESULTS.md. A lazy (linearised) model's step is not estimated.
+
+    Rematerialisation changes what the backward keeps per layer (`remat_kept_floats`): `block`
+    keeps each block's input, `dots` also its dense matmuls' outputs, and both hold one
+    block's activations (the largest layer kind's, as without rematerialisation) while it is
+    recomputed and differentiated.
     """
     widest = max(model.width, model.attention_width)
     implementation = "reference" if _contextual(model) else model.attention
     pairs = saved_pairs(length, implementation)
-    per_sequence, working = 0, 0
+    kept, working = [], 0
     for layer, s in zip(model.pattern, layer_sets(model, sets), strict=True):
         bias = model.layer_position(layer).options.bias_floats_per_pair(
             model.with_position(model.layer_position(layer))
         )
         per_position = 24 * widest + 6 * model.d_mlp + 4 * (s - 1) * model.attention_width
-        per_sequence += length * per_position + pairs * ((s + 2) * model.n_heads + 2 * bias)
+        kept.append(length * per_position + pairs * ((s + 2) * model.n_heads + 2 * bias))
         # a block backward's bias (values, gradient, saved activations: 4x, calibrated)
         working = max(working, 4 * bias * attention_pairs(length, implementation))
-    repeats = model.depth // len(model.pattern)
-    per_sequence = per_sequence * repeats + working + length * 3 * vocab
+    if remat == "none":
+        blocks = sum(kept) * (model.depth // len(model.pattern))
+    else:
+        blocks = model.depth * length * remat_kept_floats(model, remat) + max(kept)
+    per_sequence = blocks + working + length * 3 * vocab
     return 28 * n_params + 4 * batch * per_sequence
+
+
+def remat_kept_floats(model: ModelConfig, remat: str) -> int:
+    """Floats a position keeps per layer for the backward under rematerialisation `remat`
+    (`block` or `dots`): the block's input, D; under `dots` also the outputs of its dense
+    matmuls (matmuls without batch dimensions; attention's per-head products are recomputed):
+    queries, keys and values A + 2 A_kv, the attention output projection D, the MLP's input
+    projections (2 D_mlp for SwiGLU's gate and up, else D_mlp) and its output D."""
+    if remat == "block":
+        return model.width
+    kv = model.n_kv_heads * model.d_head
+    mlp_in = (2 if model.mlp == "swiglu" else 1) * model.d_mlp
+    return 3 * model.width + model.attention_width + 2 * kv + mlp_in
 
 
 def _contextual(model: ModelConfig) -> bool:

@@ -17,6 +17,13 @@ heads-major (H, L, Dh) operands through `rope_lab.model.attention` (`model.atten
 query blocks over their causal key prefix at short lengths on CPU, the blocked online-softmax
 kernel with linear memory beyond, cuDNN on GPU where it applies).
 
+Rematerialisation (`with_remat`, `train.remat` in the train step only): `block` wraps each
+block in `jax.checkpoint` (the backward keeps the block inputs and recomputes the rest), `dots`
+keeps only the outputs of matmuls without batch dimensions (the dense layers; attention and
+elementwise work are recomputed); `none` (the default, and every evaluation) keeps everything.
+Under a policy the stack always runs as a scan, one repeat of the pattern per step (unrolled
+blocks, XLA:CPU recomputes each block where its forward ran, which saves nothing).
+
 Parametrisations (`sp`, `ntk`, `mup`) differ in init scale, forward multipliers, the attention
 logit scale and per-group learning-rate multipliers (`rope_lab.trial.optimizer.lr_multipliers`):
 
@@ -48,6 +55,11 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # Blocks unrolled per scan iteration: all of them up to this depth, then a loop over groups of this
 # many (compile time stays flat with depth; unrolled is faster per step: benchmarks/RESULTS.md).
 MAX_UNROLL = 8
+# `train.remat` -> what `jax.checkpoint` lets the backward keep inside a block
+REMAT_POLICIES = {
+    "block": jax.checkpoint_policies.nothing_saveable,
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
 
 
 class Block(eqx.Module):
@@ -97,6 +109,7 @@ class Transformer(eqx.Module):
     config: ModelConfig = eqx.field(static=True)
     train_length: int = eqx.field(static=True)
     temperature: float = eqx.field(static=True, default=1.0)
+    remat: str = eqx.field(static=True, default="none")
 
     def __init__(
         self,
@@ -149,13 +162,17 @@ class Transformer(eqx.Module):
         params = jax.tree.map(lambda a: a.reshape(-1, len(pattern), *a.shape[1:]), params)
 
         def repeat(h, pattern_params):
-            for i, kind in enumerate(pattern):
+            for i in range(len(pattern)):
                 block = eqx.combine(jax.tree.map(lambda a, i=i: a[i], pattern_params), static)
-                h = block(h, positions, self.encoding_of(i), kind, self.temperature)
+                h = self.run_block(block, h, positions, i)
             return h, None
 
         repeats = self.config.depth // len(pattern)
-        if repeats * len(pattern) <= MAX_UNROLL:
+        if self.remat != "none":
+            # One scan step per repeat: unrolled, XLA:CPU schedules the recomputation where
+            # the forward ran and keeps as much as without rematerialisation.
+            x, _ = jax.lax.scan(repeat, x, params)
+        elif repeats * len(pattern) <= MAX_UNROLL:
             # A Python loop, the program a fully unrolled scan compiles to. On this JAX/XLA
             # CPU build, vmapping the transpose of a compiled scan (`jax.jacrev` of many
             # outputs) gives wrong per-output gradients (tests/model/test_transformer.py).
@@ -165,6 +182,19 @@ class Transformer(eqx.Module):
             unroll = max(1, MAX_UNROLL // len(pattern))
             x, _ = jax.lax.scan(repeat, x, params, unroll=unroll)
         return self.readout(x)
+
+    def run_block(self, block: Block, x: Array, positions: Array, kind: int) -> Array:
+        """Block `block` of layer kind `kind` (an index into `config.pattern`) on x (*B, L, D) at
+        positions (*B, L), under the model's rematerialisation policy."""
+        layer, encoding = self.config.pattern[kind], self.encoding_of(kind)
+        if self.remat == "none":
+            return block(x, positions, encoding, layer, self.temperature)
+
+        def call(block, x, positions, encoding):
+            return block(x, positions, encoding, layer, self.temperature)
+
+        policy = REMAT_POLICIES[self.remat]
+        return eqx.filter_checkpoint(call, policy=policy)(block, x, positions, encoding)
 
     def readout(self, x: Float[Array, "*B L D"]) -> Float[Array, "*B L V"]:
         """Logits in float32 of the last block's output: final norm, then the readout (the
@@ -290,6 +320,16 @@ def at_length(model: Transformer, length: int) -> Transformer:
     if not SCALINGS[kind].length_dependent:
         return model
     return with_scaling(model, kind, factor, thaw(params), seq_len=length)
+
+
+def with_remat(model: Transformer, policy: str) -> Transformer:
+    """The same model with its blocks run under rematerialisation `policy` (`none` or a key of
+    REMAT_POLICIES); the same numbers to float rounding, less memory kept for the backward."""
+    if policy != "none" and policy not in REMAT_POLICIES:
+        raise ValueError(f"unknown rematerialisation policy {policy!r}")
+    out = copy.copy(model)
+    object.__setattr__(out, "remat", policy)  # a static field
+    return out
 
 
 def with_temperature(model: Transformer, temperature: float) -> Transformer:

@@ -276,7 +276,8 @@ def train_memory(
     """Bytes one device holds to train the trial (`memory.train_step_bytes`): the larger of a
     training step at L_train and a fine-tuning step at each fine-tuned factor x L_train (under
     a remap, with its position sets), the batch split over `train_devices` (rounded up) and,
-    when `sharded` (FSDP), the parameters and optimiser state too. None for a lazy trial (its
+    when `sharded` (FSDP), the parameters and optimiser state too, under `train.remat`
+    (what the backward keeps per block). None for a lazy trial (its
     step is a jvp and its transpose, not estimated)."""
     tr = trial.train
     if tr.regime == "lazy":
@@ -285,7 +286,7 @@ def train_memory(
     batch = -(-tr.batch_size // train_devices)
     params = -(-n_params // train_devices) if sharded else n_params
     vocab = trial.task.vocab_size
-    return max(train_step_bytes(trial.model, vocab, n, batch, params, s) for n, s in runs)
+    return max(train_step_bytes(trial.model, vocab, n, batch, params, s, tr.remat) for n, s in runs)
 
 
 def trial_devices(trial: TrialConfig, resources: Resources) -> dict:

@@ -23,6 +23,8 @@ ANY_PROTOCOL = "any"
 # blocked kernel's custom VJP; cuDNN's kernel has no JVP rule either)
 REGIMES = ("rich", "lazy")
 LAZY_ATTENTION = ("auto", "reference")
+# `train.remat`: what a train step's backward keeps per block (`rope_lab.model.transformer`)
+REMAT = ("none", "block", "dots")
 FINE_TUNED = Unlabelled("fine-tuned rows are labelled by their method, factor and steps")
 # the RoPE evaluation stages: used only by an encoding that `supports_scaling`
 SCALING_KEYS = (
@@ -50,6 +52,10 @@ class TrainConfig:
     `regime`: `rich` trains the network; `lazy` trains its first-order Taylor expansion around
     initialisation, f(theta_0) + J(theta_0)(theta - theta_0) (`rope_lab.model.lazy`), with the
     same data, loss, optimiser and schedule (weight decay on theta, pulling it towards 0).
+    `remat`: rematerialisation of the Transformer's blocks in the train step (REMAT): `none`
+    keeps every activation for the backward; `block` keeps each block's input and recomputes
+    the rest; `dots` keeps the dense layers' matmul outputs. The same numbers to float
+    rounding, so trial ids leave it out.
     """
 
     length: int = identity(64)
@@ -72,6 +78,7 @@ class TrainConfig:
     pose_target_length: int | None = identity(None, neutral=None, label=Label(" +PoSE {}"))
     pose_chunks: int = identity(2, neutral=2, label=Label(" PoSE chunks {}"))
     regime: str = identity("rich", neutral="rich", label=Label(" +lazy", when="lazy"))
+    remat: str = execution("none")
 
 
 @dataclass(frozen=True)
@@ -189,6 +196,24 @@ def check_train(cfg: TrialConfig) -> None:
     if not 0 <= tr.min_lr_ratio <= 1:
         raise ConfigError(f"train.min_lr_ratio: must be in [0, 1], got {tr.min_lr_ratio!r}")
     check_regime(cfg)
+    check_remat(cfg)
+
+
+def check_remat(cfg: TrialConfig) -> None:
+    """`train.remat` among REMAT; off `none` only for a rich Transformer (the blocks it
+    rematerialises)."""
+    remat = cfg.train.remat
+    if remat not in REMAT:
+        raise ConfigError(f"train.remat: unknown {remat!r}; allowed: {', '.join(REMAT)}")
+    if remat == "none":
+        return
+    if cfg.model.family != "transformer":
+        raise ConfigError(
+            f"train.remat: {remat!r} rematerialises Transformer blocks; "
+            f"model.family={cfg.model.family!r} needs none"
+        )
+    if cfg.train.regime != "rich":
+        raise ConfigError(f"train.remat: {remat!r} needs train.regime=rich; lazy needs none")
 
 
 def check_regime(cfg: TrialConfig) -> None:

@@ -29,7 +29,7 @@ from rope_lab.hooks import Hook, StepState
 from rope_lab.model.factory import make_model
 from rope_lab.model.positions.modules import batch_positions
 from rope_lab.model.positions.modules.pose import pose_batch_positions
-from rope_lab.model.transformer import Transformer, trainable
+from rope_lab.model.transformer import Transformer, trainable, with_remat
 from rope_lab.tasks import Task, task_from_config
 from rope_lab.trial.objective import masked_loss, token_losses
 from rope_lab.trial.optimizer import lr_schedule, make_optimizer
@@ -92,6 +92,8 @@ def train_step_body(
     new parameters and optimiser state are kept replicated, or sharded over it with
     `train.shard_params` (see `rope_lab.trial.parallel`).
     `metrics` holds scalar `loss` and `grad_norm`. `rope_lab.trial.ensemble` vmaps this body.
+    The forward runs under `train.remat` (`transformer.with_remat`; the returned parameters
+    and every other forward are unaffected).
     With `pose` and `train.pose_target_length` set, positions are PoSE's
     (`rope_lab.model.positions.modules.pose`), else `batch_positions`'s.
     """
@@ -99,6 +101,7 @@ def train_step_body(
     use_pose = pose and cfg.train.pose_target_length is not None
     positions_of = pose_batch_positions if use_pose else batch_positions
     keep_state = constrain_sharded if cfg.train.shard_params else constrain_replicated
+    remat = cfg.train.remat
 
     def step(static, params, opt_state, key, operands):
         data_key, pos_key = jax.random.split(key)
@@ -108,7 +111,10 @@ def train_step_body(
             batch, positions = constrain_batch((batch, positions), mesh)
 
         def loss_of(p):
-            return masked_loss(eqx.combine(p, static), batch, positions)
+            model = eqx.combine(p, static)
+            if remat != "none":
+                model = with_remat(model, remat)
+            return masked_loss(model, batch, positions)
 
         loss, grads = jax.value_and_grad(loss_of)(params)
         updates, opt_state = optimizer.update(grads, opt_state, params)

@@ -345,3 +345,30 @@ def test_training_memory_per_device() -> None:
     )
     cells = _cells(plan_table(packed), ("train mem",))
     assert set(cells.values()) == {(_si(2 * train_step_bytes(trial.model, 24, 16, 4, n)) + "B",)}
+
+
+def test_train_memory_counts_what_each_remat_policy_keeps():
+    """Hand-computed for D = 32, D_mlp = 128 (GELU), 4 heads of 8, depth 2, L = 128, V = 24,
+    2 sequences, 1000 parameters, RoPE on the reference path (two causal query blocks: 64 x 64
+    + 64 x 128 = 12288 saved pairs): a layer keeps 128 (24 D + 6 D_mlp) + 12288 x (1 + 2)
+    floats x 4 heads = 344064 floats, the logits 128 x 3 V = 9216.
+    none: 2 layers x 344064 + 9216; block: 2 x 128 x D block inputs + one layer's 344064 +
+    9216; dots: 2 x 128 x (3 D + A + 2 A_kv + D_mlp = 320) + 344064 + 9216; each x 4 bytes
+    x 2 sequences + 28 bytes a parameter."""
+    from rope_lab.config import LayerConfig, replace
+    from tests.helpers import tiny_trial
+
+    trial = tiny_trial(width=32, depth=2, head_dim=8, length=128)
+    trial = replace(trial, **{"train.batch_size": 2})
+    expected = {
+        "none": 28_000 + 8 * (2 * 344_064 + 9_216),
+        "block": 28_000 + 8 * (2 * 128 * 32 + 344_064 + 9_216),
+        "dots": 28_000 + 8 * (2 * 128 * 320 + 344_064 + 9_216),
+    }
+    assert expected == {"none": 5_606_752, "block": 2_919_776, "dots": 3_509_600}
+    # a layout of two kinds (one scan step runs both): the same layers, so the same bytes;
+    # under a policy one block, not one step, is recomputed at a time
+    layout = replace(trial, **{"model.layers": (LayerConfig(), LayerConfig(window=32))})
+    for policy, want in expected.items():
+        assert train_memory(replace(trial, **{"train.remat": policy}), 1000) == want
+        assert train_memory(replace(layout, **{"train.remat": policy}), 1000) == want
