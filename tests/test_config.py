@@ -56,6 +56,7 @@ def test_execution_settings_do_not_change_the_trial_id():
         "model.attention": "blocked",
         "train.devices": 2,
         "train.shard_params": True,
+        "train.remat": "block",
         "eval.pad_to_longest": True,
         "eval.memory_budget_mb": 1.0,
         "ntk.chunk_size": 3,
