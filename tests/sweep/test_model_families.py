@@ -4,8 +4,10 @@ the trials table and in `sweep plan`."""
 
 import polars as pl
 import pytest
+import yaml
 
 from rope_lab.analysis.query import eval_table
+from rope_lab.config import ConfigError
 from rope_lab.results import load
 from rope_lab.sweep.plan_table import plan_table
 from rope_lab.sweep.runner import run_sweep
@@ -19,9 +21,9 @@ CNN = {"family": "cnn", "cnn": {"kernel_size": 2, "dilations": [1, 2]}}
 @pytest.mark.slow  # ~21 s on 2 cores
 def test_a_cnn_runs_through_the_sweep_with_ntk_tracking(tmp_path):
     """Width 16, depth 2 (receptive field 4), L_train 8, 2 steps, on passkey and on a text
-    (one vocabulary, so the two trials share their compiled programs); the spec's eval
-    scalings and fine-tuning are skipped for the CNN. The plan shows its receptive field, and
-    '-' for a Transformer."""
+    (one vocabulary, so the two trials share their compiled programs); eval scalings and
+    fine-tuning on a grid of CNNs only are refused, naming the family. The plan shows its
+    receptive field, and '-' for a Transformer."""
     corpus = tmp_path / "corpus.txt"
     corpus.write_bytes(bytes(range(32, 127)) * 40)
     tasks = ["passkey", "lm_text"]
@@ -35,7 +37,6 @@ def test_a_cnn_runs_through_the_sweep_with_ntk_tracking(tmp_path):
             "batches": 1,
             "batch_size": 2,
             "position_buckets": 2,
-            "finetune_steps": 1,
         },
         base__ntk={
             "enabled": True,
@@ -52,9 +53,14 @@ def test_a_cnn_runs_through_the_sweep_with_ntk_tracking(tmp_path):
             }
         ],
         grid={},
-        scaling={"methods": ["linear"], "factors": [2]},
+        scaling=None,
     )
     spec = load_spec(spec_path)
+    scaled = yaml.safe_load(spec_path.read_text())
+    scaled["scaling"] = {"methods": ["linear"], "factors": [2]}
+    (tmp_path / "scaled.yaml").write_text(yaml.safe_dump(scaled))
+    with pytest.raises(ConfigError, match=r"scaling: used by no trial, .* model.family 'cnn'"):
+        load_spec(tmp_path / "scaled.yaml")
     assert [t.model.receptive_field for t in spec.trials] == [4, 4]
     beside = [{"model.family": ["cnn", "transformer"], "model.head_dim": [32, 16]}]
     with_rope = load_spec(write_spec(tmp_path, zip=beside, grid={}))
