@@ -265,12 +265,11 @@ def cmd_loss_law(args: argparse.Namespace) -> int:
     import matplotlib
 
     matplotlib.use("Agg")
-    import polars as pl
 
     from rope_lab.analysis.loss_law_table import loss_law_table
     from rope_lab.analysis.plots import scaling_data
     from rope_lab.analysis.plots.frames import eval_frame
-    from rope_lab.analysis.query import loss_metric
+    from rope_lab.analysis.query import loss_metric, whole_tables
 
     check_output(args.output, args.run_dirs)
     metric = args.metric or loss_metric(eval_frame(list(args.run_dirs)))
@@ -288,14 +287,7 @@ def cmd_loss_law(args: argparse.Namespace) -> int:
     if "L(N, D)" in table.get_column("law").to_list():
         shown += ["beta", "beta_ci_low", "beta_ci_high", "B"]
     shown += ["n", "n_groups", "heldout_max_rel_error", "error"]
-    with pl.Config(
-        tbl_rows=-1,
-        tbl_cols=-1,
-        tbl_width_chars=200,
-        fmt_str_lengths=60,
-        tbl_hide_column_data_types=True,
-        tbl_hide_dataframe_shape=True,
-    ):
+    with whole_tables(200, 60):
         text = (
             f"{metric} {where} vs {args.n}: L = E + A / N^alpha (+ B / D^beta, D in training "
             f"tokens)\n{table.select(shown)}"

@@ -79,9 +79,8 @@ def with_ratio_one(profiles: Any, by: tuple[str, ...]) -> Any:
 
 def cmd_isoflop(args: argparse.Namespace) -> int:
     """Print or write the isoFLOP profile minima and frontier exponents per group and ratio."""
-    import polars as pl
-
     from rope_lab.analysis.isoflop import COMPUTE_TOLERANCE
+    from rope_lab.analysis.query import whole_tables
 
     check_output(args.output, args.run_dirs)
     profiles, frontier, metric = isoflop_frames(args)
@@ -101,14 +100,7 @@ def cmd_isoflop(args: argparse.Namespace) -> int:
         written = write_table(joined, args.format, args.output)
         return _emit(written, args.output, f"{joined.height} profiles")
     source = profiles.get_column("compute_source")[0] if profiles.height else "6 N D"
-    with pl.Config(
-        tbl_rows=-1,
-        tbl_cols=-1,
-        tbl_width_chars=220,
-        fmt_str_lengths=70,
-        tbl_hide_column_data_types=True,
-        tbl_hide_dataframe_shape=True,
-    ):
+    with whole_tables(220, 70):
         text = (
             f"isoFLOP profiles of {metric}: C = {source}, bucketed within "
             f"{COMPUTE_TOLERANCE:.0%}; parabola in log N per C\n"

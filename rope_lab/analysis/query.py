@@ -60,6 +60,7 @@ __all__ = [
     "trained_expr",
     "trained_with_scaling",
     "varying_columns",
+    "whole_tables",
 ]
 
 Source = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | Results
@@ -348,3 +349,16 @@ def __getattr__(name: str):
 
         return getattr(summaries, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def whole_tables(width: int, strings: int) -> pl.Config:
+    """polars' printing settings (a context manager) for tables shown whole: every row and
+    column, `width` characters wide, strings up to `strings` characters, no dtypes or shape."""
+    return pl.Config(
+        tbl_rows=-1,
+        tbl_cols=-1,
+        tbl_width_chars=width,
+        fmt_str_lengths=strings,
+        tbl_hide_column_data_types=True,
+        tbl_hide_dataframe_shape=True,
+    )
