@@ -271,9 +271,13 @@ def cmd_loss_law(args: argparse.Namespace) -> int:
     from rope_lab.analysis.plots.frames import eval_frame
     from rope_lab.analysis.query import loss_metric, whole_tables
 
+    if args.by_ratio:
+        from rope_lab.cli_ratio_laws import cmd_loss_law_by_ratio
+
+        return cmd_loss_law_by_ratio(args)
     check_output(args.output, args.run_dirs)
     metric = args.metric or loss_metric(eval_frame(list(args.run_dirs)))
-    rows, where = scaling_data(list(args.run_dirs), metric, length_ratio=args.length_ratio)
+    rows, where = scaling_data(list(args.run_dirs), metric, length_ratio=args.length_ratio or 1.0)
     by = tuple(_split(args.by)) if args.by else ()
     table = loss_law_table(rows, n=args.n, y=metric, by=by, n_boot=args.n_boot)
     if args.format != "table":
@@ -395,7 +399,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                    "task.name,model.position.kind; '' for one fit)")  # fmt: skip
     p.add_argument("--n", default="n_params_non_embedding", metavar="COL",
                    help="size column (default n_params_non_embedding; or n_params)")  # fmt: skip
-    p.add_argument("--length-ratio", type=positive_float, default=1.0, help="default 1 (L_train)")
+    p.add_argument("--length-ratio", type=positive_float, help="default 1 (L_train)")
+    p.add_argument("--by-ratio", action="store_true", help="a law per evaluated length ratio "
+                   "and label, gap exponents G = loss(r) - loss(1x) = g N^gamma, held-out "
+                   "errors of separate and joint laws (rope_lab.analysis.ratio_laws)")  # fmt: skip
     p.add_argument("--metric", choices=("loss", "bits_per_byte"),
                    help="L: loss (nats per token) or bits_per_byte (text tasks); default "
                    "bits_per_byte when every trial has it, else loss")  # fmt: skip

@@ -93,6 +93,12 @@ class LossLawFit:
             raise ValueError("a two-variable loss law needs d to predict")
         return np.asarray(out + self.B * np.power(np.asarray(d, dtype=float), -self.beta))
 
+    def theta(self) -> _Array:
+        """The fitted law as an optimiser start: (log E, log A, alpha[, log B, beta])."""
+        head = [math.log(self.E), math.log(self.A), self.alpha]
+        tail = [math.log(self.B), self.beta] if self.two_variable else []
+        return np.asarray(head + tail, dtype=float)
+
     def as_dict(self) -> dict[str, float | int | bool]:
         """Flat record (for tables): estimates, ``<name>_ci_low/high``, objective, n, ...."""
         rec: dict[str, float | int | bool] = {}
@@ -286,6 +292,7 @@ def fit_loss_law(
     level: float = 0.95,
     seed: int = 0,
     n_starts: int | None = 16,
+    starts: npt.ArrayLike | None = None,
 ) -> LossLawFit:
     """Fit ``L = E + A / N**alpha + B / D**beta`` to points (n, d, loss), each of shape (m,).
 
@@ -294,8 +301,10 @@ def fit_loss_law(
     L-BFGS-B, from the ``n_starts`` best points of Hoffmann et al.'s grid (None: all 4500).
     ``d=None`` fits ``L = E + A / N**alpha``. Non-finite points are dropped. CIs: percentile
     bootstrap of ``n_boot`` refits resampling points, or whole groups (shape (m,), e.g. seeds)
-    when ``groups`` is given. ValueError for mismatched lengths, non-positive values, fewer
-    points than parameters (5, or 3 without d) or fewer than 3 distinct n (or d) values.
+    when ``groups`` is given. ``starts`` (k, 5) or (k, 3): further L-BFGS starts as
+    `LossLawFit.theta` gives them (e.g. a fit of most of the same points). ValueError for
+    mismatched lengths, non-positive values, fewer points than parameters (5, or 3 without d)
+    or fewer than 3 distinct n (or d) values.
     """
     na, da, la, ga = _prepare(n, d, loss, groups)
     if not delta > 0:
@@ -303,7 +312,7 @@ def fit_loss_law(
     # L-BFGS-B's 5-variable linear algebra gains nothing from BLAS threads, and on a loaded
     # 2-core machine their hand-offs made a fit several times slower (benchmarks/RESULTS.md)
     with threadpool_limits(limits=1, user_api="blas"):
-        return _fit(na, da, la, ga, delta, n_boot, level, seed, n_starts)
+        return _fit(na, da, la, ga, delta, n_boot, level, seed, n_starts, starts)
 
 
 def _fit(
@@ -316,11 +325,15 @@ def _fit(
     level: float,
     seed: int,
     n_starts: int | None,
+    starts: npt.ArrayLike | None = None,
 ) -> LossLawFit:
     ln, ly = np.log(na), np.log(la)
     ld = None if da is None else np.log(da)
     grid = _grid(da is not None)
-    theta, value = _minimise(_best_grid_rows(grid, n_starts, ln, ld, ly, delta), ln, ld, ly, delta)
+    rows = _best_grid_rows(grid, n_starts, ln, ld, ly, delta)
+    if starts is not None:
+        rows = np.vstack([np.asarray(starts, dtype=float).reshape(-1, grid.shape[1]), rows])
+    theta, value = _minimise(rows, ln, ld, ly, delta)
 
     rng = np.random.default_rng(seed)
     units = resampling_units(ga, na.size)

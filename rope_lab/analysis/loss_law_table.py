@@ -65,12 +65,14 @@ def held_out_check(
     level: float = 0.95,
     seed: int = 0,
     n_starts: int | None = 16,
+    starts: npt.ArrayLike | None = None,
 ) -> HeldOutCheck:
     """Fit the loss law on all points (m,) but the held-out ones and predict those.
 
     ``held_out``: boolean mask (m,) of the points to hold out; default every point at the
     largest n (the extrapolation in model size). The fit (``fit_loss_law`` with the other
-    arguments, no bootstrap by default) sees only the remaining points; returns the held-out
+    arguments, no bootstrap by default; ``starts``: further L-BFGS starts) sees only the
+    remaining points; returns the held-out
     points, their predictions and relative errors ``predicted / loss - 1``.
     """
     na = as_1d("n", n)
@@ -98,6 +100,7 @@ def held_out_check(
         level=level,
         seed=seed,
         n_starts=n_starts,
+        starts=starts,
     )
     dh = None if da is None else da[mask]
     predicted = fit.predict(na[mask], dh)

@@ -1,10 +1,11 @@
 """Published claims about length extrapolation, judged on a lab's own runs.
 
 Each claim is a registered function of the loaded results (``registry.CLAIMS``; one module per
-family: :mod:`.encodings`, :mod:`.scaling`, :mod:`.kernels`, :mod:`.regime`) returning one
-:class:`Verdict` per scope (task, ratio, variant): ``holds``, ``fails`` or ``inconclusive``
-(the runs lack what it needs, or the interval straddles the threshold), with the effect size,
-its bootstrap interval over seeds, the numbers used, the threshold and the source.
+family: :mod:`.encodings`, :mod:`.scaling`, :mod:`.kernels`, :mod:`.regime`, :mod:`.laws`)
+returning one :class:`Verdict` per scope (task, ratio, variant): ``holds``, ``fails`` or
+``inconclusive`` (the runs lack what it needs, or the interval straddles the threshold), with
+the effect size, its bootstrap interval over seeds, the numbers used, the threshold and the
+source.
 ``rope-lab claims RUN_DIR...`` prints them; :func:`judge` returns them.
 """
 
@@ -41,7 +42,15 @@ __all__ = [
 ]
 
 # Every module registers its claims on import (order places them in the table).
-from rope_lab.analysis.claims import encodings, kernels, lengths, regime, scaling, windows  # noqa: F401
+from rope_lab.analysis.claims import (  # noqa: F401
+    encodings,
+    kernels,
+    laws,
+    lengths,
+    regime,
+    scaling,
+    windows,
+)
 
 
 def evidence(source: Any, **options: Any) -> Evidence:
