@@ -86,7 +86,14 @@ def _prepare(ws: Path, out: Path | str) -> list[str]:
 
 
 # The commands that read run directories.
-READERS = (["results"], ["claims"], ["loss-law"], ["isoflop"], ["plot", "extrapolation"])
+READERS = (
+    ["results"],
+    ["claims"],
+    ["loss-law"],
+    ["loss-law", "--by-ratio"],
+    ["isoflop"],
+    ["plot", "extrapolation"],
+)
 
 FAULTS = [
     Fault(
@@ -213,7 +220,7 @@ FAULTS = [
             ],
             (f"{option}:", "is inside", "the results this command reads"),
         )
-        for cmd, option in zip(READERS, ("--output",) * 4 + ("--out",), strict=True)
+        for cmd, option in zip(READERS, ("--output",) * 5 + ("--out",), strict=True)
     ),
     Fault(
         "results: --output is a folder",

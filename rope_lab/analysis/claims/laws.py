@@ -19,9 +19,12 @@ HELD_OUT_TOLERANCE = 0.05  # largest |predicted / observed - 1| of the held-out 
 FLAT = 1e-9
 
 
+NEEDED = (N_COLUMN, "label", RATIO)
+
+
 def _groups(ev: Evidence, task: str) -> dict[str, pl.DataFrame]:
-    """The eval rows of ``task`` with a loss and N, per label."""
-    if N_COLUMN not in ev.eval.columns:
+    """The eval rows of ``task`` with a loss and N, per label (none without those columns)."""
+    if any(c not in ev.eval.columns for c in NEEDED):
         return {}
     rows = ev.eval.filter(
         (pl.col("task") == task) & pl.col(N_COLUMN).is_not_null() & pl.col("loss").is_not_null()
@@ -71,7 +74,7 @@ def extrapolation_gap_shrinks_with_scale(ev: Evidence, meta: Claim) -> list[Verd
     for task in ev.tasks():
         groups = _groups(ev, task)
         if not groups:
-            out.append(missing(meta, task, f"needs eval rows with {N_COLUMN} and a loss"))
+            out.append(missing(meta, task, f"needs eval rows with {', '.join(NEEDED)} and a loss"))
         for label, rows in sorted(groups.items()):
             points = ratio_points(rows, n=N_COLUMN, d="tokens_seen", y="loss", by=(),
                                   seed_col="train.seed")  # fmt: skip
@@ -115,7 +118,7 @@ def loss_law_predicts_held_out_scale(ev: Evidence, meta: Claim) -> list[Verdict]
     for task in ev.tasks():
         groups = _groups(ev, task)
         if not groups:
-            out.append(missing(meta, task, f"needs eval rows with {N_COLUMN} and a loss"))
+            out.append(missing(meta, task, f"needs eval rows with {', '.join(NEEDED)} and a loss"))
         for label, rows in sorted(groups.items()):
             table = ratio_law_table(rows, n=N_COLUMN, y="loss", n_boot=0, seed=ev.seed)
             for fit in table.to_dicts():
