@@ -85,8 +85,9 @@ def check_one_scale(frame: pl.DataFrame, y: str, by: Sequence[str]) -> None:
 def ratio_points(
     frame: pl.DataFrame, *, n: str, d: str, y: str, by: Sequence[str], seed_col: str | None
 ) -> pl.DataFrame:
-    """One row per group, trial and ratio: ``by``..., trial_id, seed, N, D, ratio, mean ``y``
-    (rows with no finite ``y`` dropped); QueryError naming missing columns."""
+    """One row per group, trial and ratio: ``by``..., trial_id, seed, N, D, ratio, ``y``
+    (rows with no finite ``y`` dropped). QueryError naming missing columns, or a trial with
+    several rows at one ratio in a group (several methods or fine-tunings: group by label)."""
     needed = [*by, "trial_id", n, d, y, RATIO]
     missing = [c for c in needed if c not in frame.columns]
     if missing:
@@ -95,7 +96,16 @@ def ratio_points(
     rows = frame.with_columns(seed.alias("_seed"), pl.col(y).cast(pl.Float64).fill_nan(None))
     rows = rows.filter(pl.col(y).is_not_null() & pl.col(n).is_not_null())
     keys = [*by, "trial_id", "_seed", n, d, RATIO]
-    return rows.group_by(keys, maintain_order=True).agg(pl.col(y).mean()).sort(RATIO)
+    points = rows.group_by(keys, maintain_order=True).agg(pl.col(y).first(), pl.len().alias("k"))
+    doubled = points.filter(pl.col("k") > 1)
+    if not doubled.is_empty():
+        first = doubled.row(0, named=True)
+        raise QueryError(
+            f"loss laws by ratio: trial {first['trial_id']} has {first['k']} rows at length "
+            f"ratio {first[RATIO]:g} in one group ({doubled.height} such trial-ratio pairs: "
+            "several methods, factors or fine-tunings); add label to the group columns"
+        )
+    return points.drop("k").sort(RATIO)
 
 
 def _d_values(ds: _Array) -> _Array | None:
@@ -274,11 +284,12 @@ def ratio_law_table(
     seed: int = 0,
 ) -> pl.DataFrame:
     """Per group of ``by`` and length ratio: the loss law, its held-out error, the joint law's
-    held-out error and parameters, and the gap law (module doc). ``frame``: eval rows (one per
-    trial and ratio, or several: averaged). QueryError for missing columns or a group that
-    pools tasks or tokenizers (`check_one_scale`). ``n_boot``: bootstrap draws of the gap laws
-    (cheap: a line per draw); ``law_boot``: of each ratio's loss law (a refit each, ~10 ms;
-    0: no intervals); ``n_starts``: L-BFGS starts per loss-law fit (`fit_loss_law`)."""
+    held-out error and parameters, and the gap law (module doc). ``frame``: eval rows, one per
+    trial and ratio within a group. QueryError for missing columns, a trial with several rows
+    at one ratio in a group, or a group that pools tasks or tokenizers (`check_one_scale`).
+    ``n_boot``: bootstrap draws of the gap laws (cheap: a line per draw); ``law_boot``: of
+    each ratio's loss law (a refit each, ~10 ms; 0: no intervals); ``n_starts``: L-BFGS starts
+    per loss-law fit (`fit_loss_law`)."""
     points = ratio_points(frame, n=n, d=d, y=y, by=by, seed_col=seed_col)
     check_one_scale(frame.filter(pl.col(y).is_not_null()), y, by)
     opts: dict[str, Any] = {"n_boot": n_boot, "law_boot": law_boot, "n_starts": n_starts}

@@ -170,6 +170,15 @@ def test_different_tasks_or_tokenizers_in_one_fit_are_refused() -> None:
         "in loss per token (bpe: 6 trials, bytes.txt: 6 trials); fit --metric bits_per_byte "
         "(every row needs it) or add task.params to --by"
     )
+    # two methods' rows of the same trials in one group are refused, not averaged
+    scaled = one.with_columns(pl.lit("rope/yarn x4").alias("label"))
+    with pytest.raises(QueryError) as info:
+        ratio_law_table(pl.concat([one, scaled]), by=("task.name",), n_boot=0)
+    assert str(info.value) == (
+        "loss laws by ratio: trial 10000.0-1000000.0-0 has 2 rows at length ratio 1 in one "
+        "group (24 such trial-ratio pairs: several methods, factors or fine-tunings); add "
+        "label to the group columns"
+    )
     # bits per byte puts both tokenizers on one scale: the fit goes ahead
     out = ratio_law_table(mixed, by=BY, y="bits_per_byte", n_boot=0)
     assert out.get_column("n_trials").to_list() == [12] * len(RATIOS)
