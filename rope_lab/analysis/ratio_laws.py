@@ -250,6 +250,8 @@ def _joint(
     for row in rows:
         row.update(law.as_dict())
     if len(kept) < len(ratios):
+        for row in rows:
+            row["joint_error"] = "no held-out joint fit: a ratio's held-out fit failed"
         return
     mask = _held_out_mask(ns, dd)
     try:
@@ -263,7 +265,10 @@ def _joint(
     rel = held.predict(ns[mask], None if dd is None else dd[mask], rs[mask]) / ys[mask] - 1.0
     for row, r in zip(rows, ratios, strict=True):
         at = rs[mask] == r
-        row["joint_heldout_max_rel_error"] = float(np.max(np.abs(rel[at])))
+        if at.any():
+            row["joint_heldout_max_rel_error"] = float(np.max(np.abs(rel[at])))
+        else:
+            row["joint_error"] = "no held-out point at this ratio (it lacks the largest N or D)"
 
 
 LAW_FLOATS = ("E", "A", "alpha", "B", "beta")

@@ -223,3 +223,15 @@ def test_two_hundred_trials_are_fitted_in_under_ten_seconds() -> None:
     assert out.height == 8 and out.get_column("error").null_count() == 8
     gammas = out.get_column("gamma").drop_nulls().to_numpy()
     assert gammas == pytest.approx(-0.25, abs=0.03)
+
+
+def test_a_ratio_without_the_largest_model_says_why_it_has_no_joint_held_out_error() -> None:
+    frame = table(lambda n, d, r, s: joint_loss(n, r), seeds=(0,))
+    frame = frame.filter(
+        ~((pl.col("length_ratio") == 8.0) & (pl.col("n_params_non_embedding") == SIZES[-1]))
+    )
+    out = ratio_law_table(frame, by=BY, n_boot=0)
+    last = out.row(3, named=True)
+    assert last["heldout_max_rel_error"] < 1e-4 and last["joint_heldout_max_rel_error"] is None
+    assert last["joint_error"] == "no held-out point at this ratio (it lacks the largest N or D)"
+    assert out.get_column("joint_heldout_max_rel_error").head(3).max() < 1e-6
