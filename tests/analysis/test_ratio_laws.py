@@ -214,11 +214,13 @@ def two_hundred_trials() -> pl.DataFrame:
 
 @pytest.mark.slow
 def test_two_hundred_trials_are_fitted_in_under_ten_seconds() -> None:
+    """CPU seconds of this process (the fit runs on one thread): wall time on a shared machine
+    measures the other users too (3.0 s of CPU took 12 s of wall at a load average of 19)."""
     frame = two_hundred_trials()
     assert frame.get_column("trial_id").n_unique() == 200
-    start = time.perf_counter()
+    start = time.process_time()
     out = ratio_law_table(frame, by=BY, n_boot=200)
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert elapsed < 10, elapsed
     assert out.height == 8 and out.get_column("error").null_count() == 8
     gammas = out.get_column("gamma").drop_nulls().to_numpy()
