@@ -408,6 +408,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                    "bits_per_byte when every trial has it, else loss")  # fmt: skip
     p.add_argument("--n-boot", type=non_negative_int, default=200,
                    help="bootstrap refits (default 200; 0: no intervals)")  # fmt: skip
+    p.add_argument("--law-boot", type=non_negative_int, default=0, help="--by-ratio: refits "
+                   "per ratio's law for its intervals (default 0: none; ~10 ms each)")  # fmt: skip
     p.add_argument("--format", choices=FORMATS, default="table", help="table, csv, parquet, json")
     p.add_argument("--output", type=Path, metavar="FILE", help="write to FILE, not stdout")
     p.set_defaults(func=one_line_errors(cmd_loss_law))

@@ -40,7 +40,9 @@ def ratio_frame(args: argparse.Namespace) -> tuple[Any, str, tuple[str, ...]]:
     metric = args.metric or loss_metric(frame)
     by = tuple(c.strip() for c in (args.by or "").split(",") if c.strip())
     by = (*by, "label") if "label" not in by else by
-    table = ratio_law_table(frame, n=args.n, y=metric, by=by, n_boot=args.n_boot)
+    table = ratio_law_table(
+        frame, n=args.n, y=metric, by=by, n_boot=args.n_boot, law_boot=args.law_boot
+    )
     return table, metric, by
 
 

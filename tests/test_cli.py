@@ -170,6 +170,7 @@ def test_no_number_argument_is_read_without_a_range_check():
         "results --limit": "non_negative_int",
         "loss-law --length-ratio": "positive_float",
         "loss-law --n-boot": "non_negative_int",
+        "loss-law --law-boot": "non_negative_int",
         "isoflop --n-boot": "non_negative_int",
         "claims --min-seeds": "positive_int",
         "claims --n-boot": "positive_int",

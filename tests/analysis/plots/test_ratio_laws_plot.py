@@ -56,10 +56,15 @@ def test_by_ratio_writes_parquet_and_refuses_an_output_inside_the_runs(gap_store
     assert main([*args, "--format", "parquet", "--output", str(out)]) == 0
     assert capsys.readouterr().out == f"wrote 4 fits to {out}\n"
     table = pl.read_parquet(out)
-    assert table.height == 4 and table.get_column("gap_nonpositive").drop_nulls().to_list() == [
-        0,
-        0,
-    ]
+    assert table.height == 4 and table.get_column("alpha_ci_low").is_nan().all()
+    assert table.get_column("gap_nonpositive").drop_nulls().to_list() == [0, 0]
+    # --law-boot gives each ratio's law its seed intervals
+    assert main([*args, "--law-boot", "20", "--format", "parquet", "--output", str(out)]) == 0
+    capsys.readouterr()
+    table = pl.read_parquet(out)
+    alpha, lows, highs = (table.get_column(c) for c in ("alpha", "alpha_ci_low", "alpha_ci_high"))
+    # (3 seeds: the percentile interval may end at the estimate itself)
+    assert ((lows <= alpha + 1e-9) & (alpha <= highs + 1e-9) & (highs - lows > 0)).all()
     inside = gap_store / "trials" / "laws.csv"
     assert main([*args, "--format", "csv", "--output", str(inside)]) == 1
     err = capsys.readouterr().err
