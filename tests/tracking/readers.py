@@ -83,8 +83,10 @@ def wandb_runs(wandb_dir: Path) -> list[dict]:
                 for item in r.config.update:
                     run["config"][item.key] = json.loads(item.value_json)
             elif kind == "history":
-                row = {"/".join(i.nested_key) or i.key: json.loads(i.value_json)
-                       for i in record.history.item}
+                row = {
+                    "/".join(i.nested_key) or i.key: json.loads(i.value_json)
+                    for i in record.history.item
+                }
                 run["history"].append(row)
         runs.append(run)
     return runs

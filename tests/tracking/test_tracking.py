@@ -22,8 +22,13 @@ TRACKING = {"tensorboard": "tb", "wandb": "proj", "wandb_mode": "offline"}
 
 def _rows(steps, shift=0.0):
     return [
-        {"step": s, "loss": 3.0 - s / 10 + shift, "lr": 1e-3 * s, "grad_norm": 0.5 + s,
-         "tokens_per_s": 1000.0 + s}
+        {
+            "step": s,
+            "loss": 3.0 - s / 10 + shift,
+            "lr": 1e-3 * s,
+            "grad_norm": 0.5 + s,
+            "tokens_per_s": 1000.0 + s,
+        }
         for s in steps
     ]
 
@@ -40,10 +45,15 @@ def test_tracking_block_is_parsed_and_leaves_trial_ids_unchanged():
 @pytest.mark.parametrize(
     ("block", "message"),
     [
-        ({"wandb_mode": "onlin"}, "tracking.wandb_mode: unknown value 'onlin'; allowed: auto, "
-         "online, offline"),
-        ({"tensorbord": "tb"}, "tracking.tensorbord: unknown key 'tensorbord' (did you mean "
-         "'tensorboard'?); allowed: tensorboard, wandb, wandb_dir, wandb_mode"),
+        (
+            {"wandb_mode": "onlin"},
+            "tracking.wandb_mode: unknown value 'onlin'; allowed: auto, online, offline",
+        ),
+        (
+            {"tensorbord": "tb"},
+            "tracking.tensorbord: unknown key 'tensorbord' (did you mean "
+            "'tensorboard'?); allowed: tensorboard, wandb, wandb_dir, wandb_mode",
+        ),
         ({"wandb": " "}, "tracking.wandb: must not be empty"),
         ({"tensorboard": 3}, "tracking.tensorboard: expected a string, got 3"),
     ],
@@ -102,28 +112,69 @@ def test_auto_mode_is_offline_without_an_api_key(monkeypatch):
 
 def test_tags_of_train_ntk_and_eval_rows():
     assert train_scalars(_rows([5])[0]) == {
-        "train/loss": 2.5, "train/lr": 5e-3, "train/grad_norm": 5.5, "train/tokens_per_s": 1005.0
+        "train/loss": 2.5,
+        "train/lr": 5e-3,
+        "train/grad_norm": 5.5,
+        "train/tokens_per_s": 1005.0,
     }
     ntk = [
-        {"probe_length": 16, "group": "total", "metric": "drift", "value": 0.25,
-         "method": "none", "factor": 1.0, "kernel": "ntk"},
-        {"probe_length": 32, "group": "attn", "metric": "trace", "value": 2, "method": "yarn",
-         "factor": 4.0, "kernel": "ntk"},
-        {"probe_length": 16, "group": "total", "metric": "trace", "value": 3.0,
-         "method": "none", "factor": 1.0, "kernel": "nngp"},
+        {
+            "probe_length": 16,
+            "group": "total",
+            "metric": "drift",
+            "value": 0.25,
+            "method": "none",
+            "factor": 1.0,
+            "kernel": "ntk",
+        },
+        {
+            "probe_length": 32,
+            "group": "attn",
+            "metric": "trace",
+            "value": 2,
+            "method": "yarn",
+            "factor": 4.0,
+            "kernel": "ntk",
+        },
+        {
+            "probe_length": 16,
+            "group": "total",
+            "metric": "trace",
+            "value": 3.0,
+            "method": "none",
+            "factor": 1.0,
+            "kernel": "nngp",
+        },
     ]
     assert ntk_scalars(ntk) == {
-        "ntk/drift/total/L16": 0.25, "ntk/trace/attn/L32/yarn_x4": 2.0,
+        "ntk/drift/total/L16": 0.25,
+        "ntk/trace/attn/L32/yarn_x4": 2.0,
         "ntk/nngp_trace/total/L16": 3.0,
     }
-    base = {"method": "linear", "factor": 2.0, "finetune_steps": 0, "mode": None,
-            "protocol": None, "depth": None, "position_bucket": None, "bits_per_byte": None}
+    base = {
+        "method": "linear",
+        "factor": 2.0,
+        "finetune_steps": 0,
+        "mode": None,
+        "protocol": None,
+        "depth": None,
+        "position_bucket": None,
+        "bits_per_byte": None,
+    }
     rows = [
         {**base, "length": 32, "loss": 1.5, "accuracy": 0.5},
         {**base, "length": 32, "loss": 9.0, "accuracy": 0.0, "position_bucket": 16},
         {**base, "length": 64, "loss": float("nan"), "accuracy": 0.25, "finetune_steps": 10},
-        {**base, "length": 64, "loss": 2.0, "accuracy": 1.0, "mode": "decode",
-         "protocol": "prefill_fixed", "depth": 0.5, "bits_per_byte": 0.75},
+        {
+            **base,
+            "length": 64,
+            "loss": 2.0,
+            "accuracy": 1.0,
+            "mode": "decode",
+            "protocol": "prefill_fixed",
+            "depth": 0.5,
+            "bits_per_byte": 0.75,
+        },
     ]
     assert eval_scalars(rows) == {
         "eval/linear_x2/loss/L32": 1.5,
@@ -206,8 +257,9 @@ def test_a_tracker_that_cannot_start_warns(tmp_path):
     _train(tracker, _rows([5]), start=0)
     tracker.close()
     assert len(tracker.warnings) == 1
-    assert tracker.warnings[0].startswith(f"tracking.tensorboard: trial {cfg.trial_id}: could "
-                                          "not start (")
+    assert tracker.warnings[0].startswith(
+        f"tracking.tensorboard: trial {cfg.trial_id}: could not start ("
+    )
 
 
 @pytest.mark.slow  # ~5 s: wandb starts its service process
@@ -228,7 +280,10 @@ def test_wandb_offline_run_holds_the_history_and_a_resume_continues_the_same_run
     assert len(runs) == 2  # one offline folder per process that logged, one run id
     for run in runs:
         assert (run["id"], run["name"], run["group"], run["project"]) == (
-            cfg.trial_id, cfg.trial_id, "tiny", "rope-lab-test"
+            cfg.trial_id,
+            cfg.trial_id,
+            "tiny",
+            "rope-lab-test",
         )
         assert run["config"]["trial_id"] == cfg.trial_id
         assert run["config"]["model"]["width"] == 32
@@ -237,4 +292,3 @@ def test_wandb_offline_run_holds_the_history_and_a_resume_continues_the_same_run
     assert [row["train/loss"] for row in history] == pytest.approx(
         [r["loss"] for r in _rows([5, 10, 15, 20])]
     )
-

@@ -16,10 +16,14 @@ from tests.tracking.readers import tb_hparams, tb_scalars, wandb_runs
 
 
 def _spec(tmp_path):
-    tracking = {"tensorboard": str(tmp_path / "tb"), "wandb": "rope-lab-test",
-                "wandb_mode": "offline"}
-    path = write_spec(tmp_path, grid=None, tracking=tracking,
-                      scaling={"methods": ["linear"], "factors": [2]})
+    tracking = {
+        "tensorboard": str(tmp_path / "tb"),
+        "wandb": "rope-lab-test",
+        "wandb_mode": "offline",
+    }
+    path = write_spec(
+        tmp_path, grid=None, tracking=tracking, scaling={"methods": ["linear"], "factors": [2]}
+    )
     return load_spec(path)
 
 
@@ -88,9 +92,7 @@ def test_tracked_sweep_matches_the_tables_and_resumes_its_runs(tmp_path, monkeyp
 
 
 @pytest.mark.slow  # ~12 s: one trial
-def test_a_tracker_raising_mid_trial_warns_and_the_trial_is_written(
-    tmp_path, monkeypatch, capsys
-):
+def test_a_tracker_raising_mid_trial_warns_and_the_trial_is_written(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     spec = _spec(tmp_path)
     (trial,) = spec.trials
