@@ -12,7 +12,7 @@ from rope_lab.sweep.spec import parse_spec
 from rope_lab.tracking.config import TrackingConfig, for_workers
 from rope_lab.tracking.runs import TrialTracker
 from rope_lab.tracking.scalars import eval_scalars, ntk_scalars, train_scalars
-from rope_lab.tracking.trial_logs import train_hook
+from rope_lab.tracking.trial_logs import ntk_sink, train_hook
 from tests.helpers import tiny_trial
 from tests.sweep.conftest import TINY, write_spec
 from tests.tracking.readers import tb_hparams, tb_scalars, wandb_runs
@@ -292,3 +292,22 @@ def test_wandb_offline_run_holds_the_history_and_a_resume_continues_the_same_run
     assert [row["train/loss"] for row in history] == pytest.approx(
         [r["loss"] for r in _rows([5, 10, 15, 20])]
     )
+
+
+class _Recorder:
+    def __init__(self):
+        self.logged = []
+
+    def log(self, step, scalars):
+        self.logged.append((step, dict(scalars)))
+
+
+def test_ntk_rows_go_to_the_table_first_then_to_the_trackers():
+    calls = []
+    row = {"probe_length": 16, "group": "total", "metric": "drift", "value": 0.5,
+           "method": "none", "factor": 1.0, "kernel": "ntk"}  # fmt: skip
+    recorder = _Recorder()
+    sink = ntk_sink(recorder, lambda step, rows: calls.append((step, rows)))
+    sink(7, [row])
+    assert calls == [(7, [row])]
+    assert recorder.logged == [(7, {"ntk/drift/total/L16": 0.5})]
