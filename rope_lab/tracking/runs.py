@@ -7,8 +7,9 @@ hands the scalars to a thread of its own, so the training loop only pays for a q
 that fails (not importable, cannot write, raises) is dropped for the rest of the trial with
 one warning line in `warnings`; it never fails the trial, whose Parquet tables stay the
 record. A train stage that resumes from a checkpoint at step s resumes its runs: TensorBoard
-gets a `SessionLog.START` at step s + 1, after which TensorBoard drops the earlier events at
-those steps (the ones the interrupted run logged past its checkpoint), and W&B resumes the run
+gets a `SessionLog.START` at step s + 1 (at 0 when a try killed before its first checkpoint
+starts again), after which TensorBoard drops the earlier events from that step on (the ones
+the interrupted try logged past its checkpoint), and W&B resumes the run
 whose id is the trial id (`resume="allow"`), so a resumed trial continues its run, never
 starts a second one.
 """
@@ -46,16 +47,17 @@ class TensorBoardRun:
         self._pb = event_pb2
         self.path = Path(folder) / cfg.name / cfg.trial_id
         self._writer = EventFileWriter(str(self.path), flush_secs=FLUSH_SECS)
+        if resume_step is not None:  # a train stage: it logs again what an earlier try logged
+            restart = self._pb.SessionLog(status=self._pb.SessionLog.START)
+            first = resume_step + 1 if resume_step else 0  # from 0: the NTK's step 0 again
+            self._writer.add_event(
+                self._pb.Event(wall_time=time.time(), step=first, session_log=restart)
+            )
         if resume_step == 0:
             from tensorboard.plugins.hparams import summary_v2
 
             flat = hyperparameters(flatten_config(cfg))
             self._add(0, summary_v2.hparams_pb(flat, trial_id=cfg.trial_id))
-        elif resume_step is not None:
-            restart = self._pb.SessionLog(status=self._pb.SessionLog.START)
-            self._writer.add_event(
-                self._pb.Event(wall_time=time.time(), step=resume_step + 1, session_log=restart)
-            )
 
     def _add(self, step: int, summary: Any) -> None:
         self._writer.add_event(self._pb.Event(wall_time=time.time(), step=step, summary=summary))

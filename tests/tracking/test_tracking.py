@@ -311,3 +311,16 @@ def test_ntk_rows_go_to_the_table_first_then_to_the_trackers():
     sink(7, [row])
     assert calls == [(7, [row])]
     assert recorder.logged == [(7, {"ntk/drift/total/L16": 0.5})]
+
+
+def test_a_train_stage_started_again_from_step_0_replaces_what_its_killed_try_logged(tmp_path):
+    cfg = tiny_trial()
+    tracking = TrackingConfig(tensorboard=str(tmp_path / "tb"))
+    for shift in (0.0, 1.0):  # killed before its first checkpoint, then run again from 0
+        tracker = TrialTracker(tracking, cfg, resume_step=0)
+        tracker.log(0, {"ntk/drift/total/L16": 0.5 + shift})
+        _train(tracker, _rows([5, 10], shift=shift), start=0)
+        tracker.close()
+    scalars = tb_scalars(tmp_path / "tb" / "tiny" / cfg.trial_id)
+    assert scalars["ntk/drift/total/L16"] == [(0, 1.5)]
+    assert scalars["train/loss"] == [(5, 3.5), (10, 3.0)]
