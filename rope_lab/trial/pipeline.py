@@ -209,6 +209,8 @@ def _work(cfg: TrialConfig, run_dir: Path, stage: Stage, tracking: dict | None) 
     from rope_lab.trial import stage_work
 
     if stage.is_train:
+        if tracking is None:  # the call an untracked trial has always made
+            return stage_work.train_stage(cfg, run_dir)
         return stage_work.train_stage(cfg, run_dir, from_plain(tracking))
     if stage.kind == DECODE:
         return stage_work.decode_stage(cfg, run_dir, stage)
