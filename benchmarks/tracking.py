@@ -14,6 +14,9 @@ over log_every. End to end, the same trial's step time is also measured with eve
 logged (`train.log_every` 1) by the train stage's hook against none, `--repeats` runs of each,
 interleaved (on a busy machine this difference is within the noise).
 
+The work the logging thread does per logged step (each tracker's own `log`, timed
+synchronously) is reported too: it does not block the loop, but it takes CPU time beside it.
+
 Run: `python -m benchmarks.tracking [--steps 300] [--logs 300] [--repeats 3]`.
 """
 
@@ -87,6 +90,30 @@ def logged_step_seconds(cfg: TrialConfig, logs: int) -> tuple[float, float, floa
     return statistics.median(times), opened, closed
 
 
+def off_thread_seconds(cfg: TrialConfig, logs: int) -> dict[str, float]:
+    """Median seconds of one logged step's work on the logging thread, per tracker: what that
+    thread (and, for W&B, its service process) spends of the machine's CPU."""
+    os.environ.pop("WANDB_API_KEY", None)
+    scalars = {"train/loss": 1.0, "train/lr": 1e-3, "train/grad_norm": 0.5,
+               "train/tokens_per_s": 1e4}  # fmt: skip
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="rope_lab_tracking_") as tmp:
+        for key, tracking in (
+            ("tensorboard", TrackingConfig(tensorboard=f"{tmp}/tb")),
+            ("wandb", TrackingConfig(wandb="bench", wandb_dir=tmp)),
+        ):
+            tracker = TrialTracker(tracking, cfg, resume_step=0)
+            (run,) = tracker._runs.values()
+            times = []
+            for step in range(1, logs + 1):
+                start = time.perf_counter()
+                run.log(step, scalars)
+                times.append(time.perf_counter() - start)
+            tracker.close()
+            out[key] = statistics.median(times)
+    return out
+
+
 def main() -> None:
     """Print the step time, the cost of a logged step and their ratio."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -116,6 +143,13 @@ def main() -> None:
     print(f"ratio per logged step: {logged / step:.3%}")
     print(f"ratio per train step at log_every={every}: {logged / step / every:.4%}")
     print(f"once per trial: open {opened:.2f} s, close {closed:.2f} s")
+    work = off_thread_seconds(cfg, args.logs)
+    print(
+        "on the logging thread per logged step: "
+        + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in work.items())
+        + f" ({sum(work.values()) / step:.1%} of a step, {sum(work.values()) / step / every:.2%}"
+        f" at log_every={every})"
+    )
 
 
 if __name__ == "__main__":
