@@ -120,3 +120,25 @@ def test_a_tracker_raising_mid_trial_warns_and_the_trial_is_written(tmp_path, mo
     assert [s for s, _ in logged] == [5]  # dropped from step 10 on; W&B logged on
     history = [row for run in wandb_runs(tmp_path / "runs" / "tiny") for row in run["history"]]
     assert [row["_step"] for row in history if "train/loss" in row] == [5, 10, 15, 20]
+
+
+@pytest.mark.slow  # ~30 s: two seeds trained as one pack
+def test_packed_seeds_log_each_member_to_its_own_run(tmp_path):
+    path = write_spec(
+        tmp_path,
+        grid={"train.seed": [0, 1]},
+        scaling=None,
+        pack_seeds=True,
+        tracking={"tensorboard": str(tmp_path / "tb")},
+        base__eval__length_multipliers=[1],
+    )
+    spec = load_spec(path)
+    summary = run_sweep(spec, tmp_path / "runs", runner="serial", progress=False)
+    assert summary.count("done") == 2
+    assert summary.stages[spec.trials[0].trial_id][0]["pack"] == [t.trial_id for t in spec.trials]
+    train = load(tmp_path / "runs" / "tiny").train.collect()
+    for trial in spec.trials:
+        logged = tb_scalars(tmp_path / "tb" / "tiny" / trial.trial_id)["train/loss"]
+        rows = train.filter(pl.col("trial_id") == trial.trial_id).sort("step")
+        assert [s for s, _ in logged] == rows["step"].to_list() == [5, 10, 15, 20]
+        assert [v for _, v in logged] == pytest.approx(rows["loss"].to_list(), rel=1e-6)
