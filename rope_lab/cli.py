@@ -66,6 +66,7 @@ def _cmd_sweep_run(args: argparse.Namespace) -> int:
     from rope_lab.sweep.spec import load_spec
 
     spec = load_spec(args.spec)  # validated before any work starts
+    spec = _with_tracking_flags(spec, args)
     from rope_lab.results.targets import check_run_target
 
     check_run_target(Path(args.out) / spec.name)
@@ -94,6 +95,21 @@ def _cmd_sweep_run(args: argparse.Namespace) -> int:
     )
     print("\n".join(next_steps(summary.run_dir)))
     return 1 if summary.count("failed") else 0
+
+
+def _with_tracking_flags(spec, args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """`spec` with `--tensorboard` / `--wandb` in place of its `tracking` block's values; a
+    tracker flag whose package is missing is a ConfigError naming the flag and the extra."""
+    import dataclasses
+
+    from rope_lab.config import ConfigError
+    from rope_lab.tracking.config import TrackingConfig, tracking_errors, with_flags
+
+    flags = {"tensorboard": args.tensorboard, "wandb": args.wandb}
+    errors = tracking_errors(TrackingConfig(**flags), prefix="--")
+    if errors:
+        raise ConfigError("\n".join(errors))
+    return dataclasses.replace(spec, tracking=with_flags(spec.tracking, **flags))
 
 
 def _write_plots(run_dir: Path) -> list[Path]:
@@ -168,6 +184,21 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         "--no-plots",
         action="store_true",
         help="skip writing RUN_DIR/plots/extrapolation.png and summary.png",
+    )
+    p.add_argument(
+        "--tensorboard",
+        metavar="DIR",
+        default=None,
+        help="log each trial live to TensorBoard event files under DIR/NAME/<trial_id> "
+        "(overrides the spec's tracking.tensorboard; needs the tracking extra)",
+    )
+    p.add_argument(
+        "--wandb",
+        metavar="PROJECT",
+        default=None,
+        help="log each trial live as the W&B run <trial_id> of PROJECT, grouped by the sweep; "
+        "offline under OUT/NAME/wandb unless WANDB_API_KEY is set (overrides the spec's "
+        "tracking.wandb; needs the tracking extra)",
     )
     p.set_defaults(func=_cmd_sweep_run)
     p = ssub.add_parser("plan", help="list the trials and their estimated cost without running")

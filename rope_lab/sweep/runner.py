@@ -11,6 +11,9 @@ the addresses its owner configured.
 
 The driver skips finished trials before importing JAX, records failures with their tracebacks
 and carries on, retries crashed workers (Ray `max_retries`), and always shuts Ray down.
+With the spec's `tracking` block, each train stage logs to the trackers as it trains and the
+driver logs each finished trial's evaluation rows (`rope_lab.tracking`); a tracker that fails
+prints one `warning:` line and never fails a trial.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from rope_lab.runtime.allocator import worker_env
 from rope_lab.runtime.device_share import device_env
 from rope_lab.runtime.local_ray import LocalRay
 from rope_lab.sweep.spec import Resources, SweepSpec
+from rope_lab.tracking.config import for_workers
+from rope_lab.tracking.runs import from_plain
 from rope_lab.trial.packing import Pack, plan_packs
 from rope_lab.trial.pipeline import (
     TRAIN_STAGE,
@@ -253,9 +258,17 @@ def run_sweep(
     address: str | None = None,
     progress: bool = True,
 ) -> SweepSummary:
-    """Run every unfinished trial of `spec` under `out_dir/spec.name`; return the summary."""
+    """Run every unfinished trial of `spec` under `out_dir/spec.name`, logging to the trackers
+    of `spec.tracking`; return the summary."""
     run_dir = Path(out_dir) / spec.name
     (run_dir / "trials").mkdir(parents=True, exist_ok=True)  # a run directory from the start
+    tracking = for_workers(spec.tracking, run_dir)
+    tracked = () if tracking is None else (tracking,)  # the stage tasks' last argument
+    live = from_plain(tracking)
+
+    def warn(lines: list[str]) -> None:
+        for line in lines:
+            print(f"warning: {line}", file=bar.stream if progress else sys.stderr, flush=True)
 
     def finished_stage(t: TrialConfig, name: str) -> dict | None:
         return read_done(stage_dir(run_dir, t.trial_id, name))
@@ -297,7 +310,7 @@ def run_sweep(
             if name == TRAIN_STAGE:
                 after_train(t, cached)
             return
-        handles[backend.submit(run_stage, to_dict(t), str(run_dir), name)] = (
+        handles[backend.submit(run_stage, to_dict(t), str(run_dir), name, *tracked)] = (
             (t.trial_id,),
             name,
             time.time(),
@@ -308,7 +321,7 @@ def run_sweep(
     def run_pack(members: tuple[TrialConfig, ...]) -> None:
         """Submit the train stages of a pack as one task."""
         configs = [to_dict(t) for t in members]
-        handle = backend.submit(run_pack_train, configs, str(run_dir))
+        handle = backend.submit(run_pack_train, configs, str(run_dir), *tracked)
         handles[handle] = (tuple(t.trial_id for t in members), TRAIN_STAGE, time.time())
         for t in members:
             states[t.trial_id].pending.add(TRAIN_STAGE)
@@ -330,6 +343,10 @@ def run_sweep(
             statuses[trial_id] = "busy"
             return
         statuses[trial_id] = finish_trial(run_dir, state.cfg, state.results, sweep=spec.name)
+        if statuses[trial_id] == "done" and live is not None:
+            from rope_lab.tracking.trial_logs import log_evaluation
+
+            warn(log_evaluation(live, run_dir, state.cfg))
         if statuses[trial_id] == "failed":
             bar.failed += 1
         else:
@@ -368,6 +385,7 @@ def run_sweep(
                 if progress:
                     seconds = time.time() - submitted
                     bar.stage_ended(trial_id, stage, str(own.get("status", "?")), seconds)
+                warn(own.get("tracking_warnings", []))
                 if stage == TRAIN_STAGE:
                     after_train(state.cfg, own)
                 bar.running = len(handles)

@@ -7,7 +7,8 @@ combined as a product); `zip` groups (keys that vary together, each group one pr
 RoPE trials and clears them for every other PE, so scaling never multiplies non-RoPE trials.
 A setting no trial uses is an error; one some trials skip, a warning (`sweep/unused.py`).
 `pack_seeds: true` trains trials that differ only in their seeds as one vmapped program
-(`rope_lab.trial.packing`), with the rows each writes alone.
+(`rope_lab.trial.packing`), with the rows each writes alone. `tracking` names the trackers
+that watch the trials live (`rope_lab.tracking.config`; never part of a trial id).
 Everything is checked before any work; errors are `ConfigError`s that start with the file path.
 """
 
@@ -38,6 +39,7 @@ from rope_lab.config import (
 from rope_lab.results.columns import flatten_config
 from rope_lab.sweep.plain import canon, format_value, lookup, nest, set_dotted, unique
 from rope_lab.sweep.unused import Unused, apply_scaling, inactive_remaps, scaling_overlaps
+from rope_lab.tracking.config import TrackingConfig, tracking_errors
 from rope_lab.trial.config import SCALING_KEYS
 from rope_lab.yaml_files import read_yaml
 
@@ -80,6 +82,7 @@ class _SpecFile:
     resources: Resources = Resources()
     max_retries: int = 1
     pack_seeds: bool = False
+    tracking: TrackingConfig = TrackingConfig()
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,7 @@ class SweepSpec:
     # train trials equal but for their seeds as one vmapped program (`rope_lab.trial.packing`)
     pack_seeds: bool = False
     warnings: tuple[str, ...] = ()  # settings some trials do not use (`sweep/unused.py`)
+    tracking: TrackingConfig = TrackingConfig()  # live trackers (`rope_lab.tracking`)
 
 
 @dataclass
@@ -154,6 +158,7 @@ def parse_spec(data: Mapping, *, source: Path | None = None) -> SweepSpec:
         )
     if top.max_retries < 0:
         errors.append(f"max_retries: must be >= 0, got {top.max_retries!r}")
+    errors += tracking_errors(top.tracking)
     rules = _parse_excludes(top.exclude, axes, broken, errors)
     if errors:
         raise fail(errors)
@@ -180,6 +185,7 @@ def parse_spec(data: Mapping, *, source: Path | None = None) -> SweepSpec:
         max_retries=top.max_retries,
         axes=varying,
         pack_seeds=top.pack_seeds,
+        tracking=top.tracking,
         warnings=(*unused.warnings(top.scaling is not None), *inactive_remaps(trials)),
     )
 

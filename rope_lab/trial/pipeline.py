@@ -63,6 +63,7 @@ from rope_lab.results.columns import (
 from rope_lab.results.schema import SUCCESS_MARKER, TRIAL_SEGMENT
 from rope_lab.runtime.atomic import atomic_write_text
 from rope_lab.runtime.checked_files import CorruptFile, read_json
+from rope_lab.tracking.runs import from_plain
 from rope_lab.trial.stage_files import (
     FILES_KEY,
     MODEL_FILE,
@@ -200,30 +201,37 @@ def _guarded(run_dir: str | Path, trial_id: str, stage: str, work: Callable[[], 
         lease.release()
 
 
-def _work(cfg: TrialConfig, run_dir: Path, stage: Stage) -> dict:
-    """The stage's work (`rope_lab.trial.stage_work`): train, decode or evaluate."""
+def _work(cfg: TrialConfig, run_dir: Path, stage: Stage, tracking: dict | None) -> dict:
+    """The stage's work (`rope_lab.trial.stage_work`): train (logging to the trackers of
+    `tracking`, `rope_lab.tracking.config.for_workers`), decode or evaluate."""
     # Imported here, when a stage runs: stage_work imports JAX, which importing this module
     # (the sweep driver does) must not.
     from rope_lab.trial import stage_work
 
     if stage.is_train:
-        return stage_work.train_stage(cfg, run_dir)
+        if tracking is None:  # the call an untracked trial has always made
+            return stage_work.train_stage(cfg, run_dir)
+        return stage_work.train_stage(cfg, run_dir, from_plain(tracking))
     if stage.kind == DECODE:
         return stage_work.decode_stage(cfg, run_dir, stage)
     return stage_work.evaluate_stage(cfg, run_dir, stage)
 
 
-def run_stage(config: dict[str, Any], run_dir: str | Path, name: str) -> dict:
+def run_stage(
+    config: dict[str, Any], run_dir: str | Path, name: str, tracking: dict | None = None
+) -> dict:
     """Run the stage `name` of `stage_plan.trial_stages` of the trial `config` (a dict).
 
     The train stage trains (resuming from the latest checkpoint), tracks the NTK and saves the
     model; its result: status ("done", "diverged", "failed" or "busy"), n_params,
     n_params_non_embedding, tokens_seen, resumed_from, final_loss, ntk_time_s, train_time_s,
-    phases (seconds per phase). Every other stage reads the saved model and writes its rows
-    (`stage_work.evaluate_stage`, `stage_work.decode_stage`); its result: status and phases."""
+    phases (seconds per phase), and `tracking_warnings` when a tracker of `tracking` failed (the
+    trackers it logs to live, `rope_lab.tracking`). Every other stage reads the saved model and
+    writes its rows (`stage_work.evaluate_stage`, `stage_work.decode_stage`); its result: status
+    and phases."""
     cfg = from_dict(TrialConfig, config)
     stage = find_stage(cfg, name)
-    return _guarded(run_dir, cfg.trial_id, name, lambda: _work(cfg, Path(run_dir), stage))
+    return _guarded(run_dir, cfg.trial_id, name, lambda: _work(cfg, Path(run_dir), stage, tracking))
 
 
 def run_train_stage(config: dict[str, Any], run_dir: str | Path) -> dict:
@@ -231,7 +239,9 @@ def run_train_stage(config: dict[str, Any], run_dir: str | Path) -> dict:
     return run_stage(config, run_dir, TRAIN_STAGE)
 
 
-def run_pack_train(configs: Sequence[dict[str, Any]], run_dir: str | Path) -> dict:
+def run_pack_train(
+    configs: Sequence[dict[str, Any]], run_dir: str | Path, tracking: dict | None = None
+) -> dict:
     """The train stages of trials equal but for their seeds (`rope_lab.trial.packing`; plain
     config dicts) in one task: `{"members": {trial_id: result}}`, each result that of the
     member's own train stage (`run_stage`), its `done.json` written as there, plus `pack` (the
@@ -263,7 +273,7 @@ def run_pack_train(configs: Sequence[dict[str, Any]], run_dir: str | Path) -> di
                 # this module (the sweep driver does) must not.
                 from rope_lab.trial import stage_work
 
-                outs = stage_work.train_pack(todo, Path(run_dir))
+                outs = stage_work.train_pack(todo, Path(run_dir), from_plain(tracking))
                 for cfg in todo:
                     result = {"stage": TRAIN, "trial_id": cfg.trial_id, "started_at": start}
                     folder = stage_dir(run_dir, cfg.trial_id, TRAIN)

@@ -27,6 +27,9 @@ from rope_lab.results import append_rows, trial_dir
 from rope_lab.runtime.atomic import atomic_write_text
 from rope_lab.runtime.timing import Phases
 from rope_lab.tasks import task_from_config
+from rope_lab.tracking.config import TrackingConfig
+from rope_lab.tracking.runs import TrialTracker
+from rope_lab.tracking.trial_logs import ntk_sink, train_hook
 from rope_lab.trial.checkpoint import TrialCheckpointer, load_model, save_model
 from rope_lab.trial.decode_eval import decode_rows
 from rope_lab.trial.ensemble import train_packed
@@ -44,14 +47,19 @@ class _TrainJob:
     """One trial's train stage around a training loop: its folder and `config.yaml`, its
     checkpointer and the state restored from it (`model`, `opt_state`, `start`), its hooks
     (track the NTK; every `train.checkpoint_every` steps write the train rows, then a
-    checkpoint) and its stage result from the loop's `TrainResult` (`finish`). The same for a
-    trial trained alone (`train_stage`) and for each member of a pack (`train_pack`)."""
+    checkpoint; log the train and NTK rows to the trackers `tracking` names) and its stage
+    result from the loop's `TrainResult` (`finish`). The same for a trial trained alone
+    (`train_stage`) and for each member of a pack (`train_pack`)."""
 
-    def __init__(self, cfg: TrialConfig, run_dir: Path, phases: Phases):
+    def __init__(
+        self, cfg: TrialConfig, run_dir: Path, phases: Phases, tracking: TrackingConfig | None
+    ):
         self.cfg, self.run_dir, self.phases = cfg, run_dir, phases
         self.folder = trial_dir(run_dir, cfg.trial_id)
         self.written = 0  # train rows on disk up to this step
         self.tracker: Any = None
+        self.tracking = tracking
+        self.live: TrialTracker | None = None
 
     def __enter__(self) -> _TrainJob:
         cfg, phases = self.cfg, self.phases
@@ -72,23 +80,32 @@ class _TrainJob:
                     )
             self.written = self.start
             self.hooks = [Hook(every=every, fn=self._checkpoint)]
+            if self.tracking is not None:
+                with phases.phase("tracking"):
+                    self.live = TrialTracker(self.tracking, cfg, resume_step=self.start)
+                logs = train_hook(self.live, cfg.train.log_every, self.start)
+                timed = _timed(phases, "tracking", logs.fn)
+                self.hooks.insert(0, dataclasses.replace(logs, fn=timed))
             if cfg.ntk.enabled:
 
                 def sink(step: int, rows: list[dict]) -> None:
                     append_rows(self.folder, "ntk", rows, segment=f"ntk_{step:08d}")
 
+                rows_to = sink if self.live is None else ntk_sink(self.live, sink)
                 with phases.phase("ntk"):
                     hook, self.tracker = tracking_hook(
-                        cfg, task, sink, folder=self.folder, done_steps=self.start
+                        cfg, task, rows_to, folder=self.folder, done_steps=self.start
                     )
                 self.hooks.insert(0, dataclasses.replace(hook, fn=_timed(phases, "ntk", hook.fn)))
         except BaseException:
-            self.ckpt.close()
+            self.__exit__()
             raise
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.ckpt.close()
+        if self.live is not None:
+            self.live.close()
 
     def _flush(self, history: list[dict], upto: int) -> None:
         rows = [r for r in history if self.written < r["step"] <= upto]
@@ -119,6 +136,11 @@ class _TrainJob:
             "ntk_time_s": 0.0 if self.tracker is None else self.tracker.seconds,
             "train_time_s": result.wall_time_s,
         }
+        if self.live is not None:
+            with self.phases.phase("tracking"):
+                self.live.close()
+            if self.live.warnings:
+                out["tracking_warnings"] = self.live.warnings
         if not result.diverged:
             with self.phases.phase("io"):
                 save_model(self.folder / MODEL_FILE, result.model)
@@ -137,20 +159,23 @@ def _train_alone(job: _TrainJob) -> dict:
     return job.finish(result)
 
 
-def train_stage(cfg: TrialConfig, run_dir: Path) -> dict:
+def train_stage(cfg: TrialConfig, run_dir: Path, tracking: TrackingConfig | None = None) -> dict:
+    """The train stage of one trial (`pipeline.run_stage`), logging to `tracking`'s trackers."""
     phases = Phases()
-    with _TrainJob(cfg, run_dir, phases) as job:
+    with _TrainJob(cfg, run_dir, phases, tracking) as job:
         out = _train_alone(job)
     return out | {"phases": phases.as_dict()}
 
 
-def train_pack(cfgs: Sequence[TrialConfig], run_dir: Path) -> dict[str, dict]:
+def train_pack(
+    cfgs: Sequence[TrialConfig], run_dir: Path, tracking: TrackingConfig | None = None
+) -> dict[str, dict]:
     """Train stage results of `cfgs` by trial id (`pipeline.run_pack_train`): the members that
     resume from the same step (all, unless a kill fell between two members' checkpoints) train
     as one program (`ensemble.train_packed`), each with its own `_TrainJob`; a member left
     alone, and every member when the trials would train over several devices of this worker,
     trains alone. The phases are the whole task's, in every member's result; so is
-    `train_time_s` of the members trained as one program."""
+    `train_time_s` of the members trained as one program. Each member logs to its own runs."""
     reason = mismatch(cfgs)
     if reason is not None:
         raise ValueError(f"cannot train as one pack: {reason}")
@@ -160,7 +185,7 @@ def train_pack(cfgs: Sequence[TrialConfig], run_dir: Path) -> dict[str, dict]:
     phases = Phases()
     outs: dict[str, dict] = {}
     with contextlib.ExitStack() as stack:
-        jobs = [stack.enter_context(_TrainJob(c, run_dir, phases)) for c in cfgs]
+        jobs = [stack.enter_context(_TrainJob(c, run_dir, phases, tracking)) for c in cfgs]
         groups: dict[int, list[_TrainJob]] = {}
         for job in jobs:
             groups.setdefault(job.start, []).append(job)
