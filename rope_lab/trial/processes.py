@@ -11,9 +11,10 @@ checkpoint together (orbax's multi-process save). Worker 0 hands its stage resul
 JSON file; the driver records it, and evaluation runs once, in the driver, afterwards.
 
 The driver watches its workers: when one exits with an error, the others are stopped and the
-stage fails with that worker's exit code and the end of its error output. A worker that cannot
-reach the coordinator gives up after `INIT_TIMEOUT_S`; one whose peer vanished mid-step is
-stopped by the driver (and by JAX's heartbeat after `HEARTBEAT_TIMEOUT_S`).
+stage fails with that worker's exit code and its traceback (or, killed, the end of its
+stderr). A worker that cannot reach the coordinator gives up after `INIT_TIMEOUT_S`; one whose
+peer vanished mid-step is stopped by the driver (and by JAX's heartbeat after
+`HEARTBEAT_TIMEOUT_S`); a worker whose driver dies is killed with it.
 
 Per-process devices: on CPU each worker gets `train.devices` host devices (default 1). The
 coordinator port is a free one the driver picks, or `$ROPE_LAB_COORDINATOR_PORT`.
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 from rope_lab.config import TrialConfig, from_dict, to_dict
@@ -80,6 +82,12 @@ def check_launch(cfg: TrialConfig) -> None:
     if n > cores:
         raise ConfigError(f"train.processes: {n} processes but this machine has {cores} CPU cores")
     coordinator_port()
+
+
+def _reason(work: Path, k: int) -> str:
+    """Worker k's own traceback, else (killed, or it failed outside Python) its stderr's end."""
+    error = work / f"error_{k}.txt"
+    return error.read_text() if error.exists() else _tail(work / f"stderr_{k}.txt")
 
 
 def _tail(path: Path) -> str:
@@ -134,7 +142,7 @@ def run_train_processes(cfg: TrialConfig, run_dir: Path, *, poll_s: float = 0.1)
             if code:
                 raise WorkerFailed(
                     f"process {k} of {n} exited with code {code}{_signal_name(code)}:\n"
-                    + _tail(work / f"stderr_{k}.txt")
+                    + _reason(work, k)
                 )
         return dict(json.loads((work / "result.json").read_text()))
 
@@ -186,4 +194,9 @@ def _worker(work: Path, run_dir: Path, coordinator: str, processes: int, process
 
 if __name__ == "__main__":
     folder, run, address, count, index = sys.argv[1:6]
-    _worker(Path(folder), Path(run), address, int(count), int(index))
+    try:
+        _worker(Path(folder), Path(run), address, int(count), int(index))
+    except BaseException:
+        # Before the interpreter's shutdown adds its own noise to stderr.
+        (Path(folder) / f"error_{index}.txt").write_text(traceback.format_exc())
+        raise

@@ -8,6 +8,7 @@ the trial as failed with its reason.
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -19,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rope_lab.config import ConfigError, replace, validate
+from rope_lab.config import ConfigError, replace, to_dict, validate
 from rope_lab.results import read_trial_table, trial_dir
 from rope_lab.trial import processes
-from rope_lab.trial.pipeline import run_trial_stages
+from rope_lab.trial.pipeline import run_train_stage, run_trial_stages
 from tests.helpers import tiny_trial
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,8 +130,9 @@ def test_two_processes_train_as_one_and_checkpoint_restores_alone(
     curves = {}
     for n in (1, 2):
         cfg = _cfg(**{"train.processes": n})
-        status, results = run_trial_stages(cfg, tmp_path / str(n))
-        assert status == "done", results
+        result = run_train_stage(to_dict(cfg), tmp_path / str(n))
+        assert result["status"] == "done", result
+        assert (result["tokens_seen"], result["resumed_from"]) == (12 * 8 * 16, 0)
         folder = trial_dir(tmp_path / str(n), cfg.trial_id)
         curves[n] = read_trial_table(folder, "train").sort("step")["loss"].to_numpy()
     assert len(curves[2]) == 12
@@ -204,3 +206,18 @@ def test_a_worker_that_dies_fails_the_trial_with_its_reason(tmp_path: Path, monk
     row = read_trial_table(folder, "trials").to_dicts()[0]
     assert row["status"] == "failed"
     assert json.dumps(row["error"]).count("exited with code -9 (SIGKILL)") == 1
+
+
+@pytest.mark.slow  # ~15 s on 2 busy cores: two JAX processes start
+def test_a_worker_error_fails_the_stage_with_its_traceback(tmp_path: Path) -> None:
+    """Workers that raise (here: the run folder is a file) fail the stage with the exception
+    of the first of them, from its own traceback (not the interpreter's shutdown noise)."""
+    run_dir = tmp_path / "run"
+    run_dir.write_text("not a folder")
+    cfg = _cfg(**{"train.processes": 2})
+    with pytest.raises(processes.WorkerFailed) as failed:
+        processes.run_train_processes(cfg, run_dir)
+    message = str(failed.value)
+    assert re.match(r"process [01] of 2 exited with code 1:\nTraceback \(most recent call", message)
+    folder = trial_dir(run_dir, cfg.trial_id)
+    assert message.endswith(f"NotADirectoryError: [Errno 20] Not a directory: '{folder}'\n")
