@@ -9,6 +9,7 @@ the trial as failed with its reason.
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from rope_lab.config import ConfigError, replace, to_dict, validate
 from rope_lab.results import read_trial_table, trial_dir
@@ -115,13 +117,29 @@ def test_launch_refuses_busy_port_and_too_many_processes(monkeypatch) -> None:
     processes.check_launch(_cfg())  # one process: nothing to check
 
 
+def test_cli_names_a_launch_problem_before_training(tmp_path: Path, capsys) -> None:
+    """`rope-lab train` with more processes than cores: one line, exit 1, nothing written."""
+    from rope_lab.cli import main
+
+    cores = os.cpu_count() or 1
+    cfg = _cfg(**{"train.processes": cores + 1, "train.batch_size": 8 * (cores + 1)})
+    path = tmp_path / "many.yaml"
+    path.write_text(yaml.safe_dump(to_dict(cfg)))
+    assert main(["train", str(path), "--out", str(tmp_path / "out")]) == 1
+    err = f"rope-lab: error: train.processes: {cores + 1} processes but this machine has {cores}"
+    out = capsys.readouterr()
+    assert (out.out, out.err) == ("", err + " CPU cores\n")  # before the trial's header line
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 def test_two_processes_train_as_one_and_checkpoint_restores_alone(
     tmp_path: Path, monkeypatch
 ) -> None:
     """A tiny trial as 2 processes of 1 CPU device each: the same loss curve as in 1 process
-    (same global batch of 8, same data order) to float rounding, and its last checkpoint,
-    written by both, restores in this one process to the model process 0 saved."""
+    (same global batch of 8, same data order) to float rounding; its last checkpoint, written
+    by both, restores in this one process to the model process 0 saved; and 2 processes
+    resume from an earlier one to the same curve."""
     from rope_lab.model.factory import make_model
     from rope_lab.trial.checkpoint import TrialCheckpointer, load_model
     from rope_lab.trial.train import init_state
@@ -147,6 +165,14 @@ def test_two_processes_train_as_one_and_checkpoint_restores_alone(
     saved = load_model(folder / "model.eqx", make_model(cfg))
     for a, b in zip(_leaves(restored), _leaves(saved), strict=True):
         np.testing.assert_array_equal(a, b)
+
+    # Two processes resume from the checkpoint of step 6 that both wrote: the same curve.
+    shutil.rmtree(folder / "checkpoints" / "12")
+    (folder / "stages" / "train" / "done.json").unlink()
+    result = run_train_stage(to_dict(cfg), tmp_path / "2")
+    assert (result["status"], result["resumed_from"]) == ("done", 6)
+    resumed = read_trial_table(folder, "train").sort("step")["loss"].to_numpy()
+    np.testing.assert_allclose(resumed, curves[1], rtol=1e-5)
 
 
 def _leaves(tree):
