@@ -25,6 +25,7 @@ import yaml
 from rope_lab.config import ConfigError, replace, to_dict, validate
 from rope_lab.results import read_trial_table, trial_dir
 from rope_lab.trial import processes
+from rope_lab.trial.packing import unpackable
 from rope_lab.trial.pipeline import run_train_stage, run_trial_stages
 from tests.helpers import tiny_trial
 
@@ -93,6 +94,9 @@ def test_processes_config_errors() -> None:
     with pytest.raises(ConfigError, match=r"^train\.processes: 2 processes need ntk\.enabled"):
         validate(_cfg(**{"train.processes": 2, "ntk.enabled": True}))
     assert validate(_cfg(**{"train.processes": 2})).trial_id == validate(_cfg()).trial_id
+    assert unpackable(_cfg(**{"train.processes": 2})) == (
+        "train.processes 2 (a pack trains in one process)"
+    )
 
 
 def test_launch_refuses_busy_port_and_too_many_processes(monkeypatch) -> None:
