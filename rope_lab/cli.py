@@ -16,6 +16,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from rope_lab.config import load_trial
 
     cfg = load_trial(args.config)  # validated before any heavy import
+    from rope_lab.trial.processes import check_launch
+
+    check_launch(cfg)  # this machine's cores and coordinator port, for several processes
     if args.out is not None:
         from rope_lab.results.targets import check_run_target
 

@@ -55,6 +55,7 @@ def test_execution_settings_do_not_change_the_trial_id():
         "name": "another_sweep",
         "model.attention": "blocked",
         "train.devices": 2,
+        "train.processes": 2,
         "train.shard_params": True,
         "train.remat": "block",
         "eval.pad_to_longest": True,

@@ -143,6 +143,7 @@ def test_execution_fields_are_declared_and_never_move_the_id():
         "name",
         "model.attention",
         "train.devices",
+        "train.processes",
         "train.shard_params",
         "train.remat",
         "eval.pad_to_longest",

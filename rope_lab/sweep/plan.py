@@ -297,14 +297,23 @@ def trial_devices(trial: TrialConfig, resources: Resources) -> dict:
     train step spreads its batch over (`train.devices`, else what the worker sees: the whole
     GPUs it asked for, one GPU for a share, None for every local device of a CPU worker);
     `sharded`: parameters and optimiser state split over them (`train.shard_params`, FSDP);
+    `processes`: the JAX processes training spans (`train.processes`; each has
+    `train.devices` CPU devices, default 1, and `train_devices` counts them all);
     `problem`: why the trial cannot train as asked (None when it can)."""
     gpus = resources.num_gpus
     visible = None if gpus == 0 else max(1, int(gpus))  # a share sees one GPU
     asked = trial.train.devices
+    processes = trial.train.processes
     problem = None
     if asked is not None and visible is not None and asked > visible:
         problem = f"train.devices {asked} > the {visible} GPU(s) a worker sees"
     train_devices = asked if asked is not None else visible
+    if processes > 1:
+        train_devices = processes * (asked or 1)
+        if gpus > 0:
+            problem = problem or "train.processes > 1 trains on CPU devices only (GPUs not wired)"
+        elif processes > resources.num_cpus:
+            problem = f"train.processes {processes} > resources.num_cpus {resources.num_cpus:g}"
     if trial.train.shard_params and train_devices == 1:
         problem = problem or "shard_params over one device splits nothing"
     return {
@@ -313,5 +322,6 @@ def trial_devices(trial: TrialConfig, resources: Resources) -> dict:
         "memory_fraction": memory_fraction(gpus),
         "train_devices": train_devices,
         "sharded": trial.train.shard_params,
+        "processes": processes,
         "problem": problem,
     }

@@ -19,12 +19,15 @@ from rope_lab.trial.packing import plan_packs
 def _device_cells(devices: dict) -> list[str]:
     """The plan's `GPU` cell (GPUs a task asks for: '0.25 (mem 0.22)' / '2' / '0') and `DP`
     cell (the devices training spreads over: '1', '2 FSDP', 'all' for a CPU worker's local
-    devices); '!' marks a problem, listed after the table."""
+    devices, '4 (2 proc)' over two JAX processes); '!' marks a problem, listed after the
+    table."""
     gpus = f"{devices['gpus']:g}"
     if devices["memory_fraction"] is not None:
         gpus += f" (mem {devices['memory_fraction']:.2f})"
     n = devices["train_devices"]
     train = ("all" if n is None else str(n)) + (" FSDP" if devices["sharded"] else "")
+    if devices["processes"] > 1:
+        train += f" ({devices['processes']} proc)"
     return [gpus, train + (" !" if devices["problem"] else "")]
 
 
@@ -40,7 +43,7 @@ def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
     receptive field (RF, tokens; only when a trial's family has one: the CNN; '-' for
     attention), the devices (`trial_devices`: GPU, those a task asks for, with the memory
     share of a shared GPU; DP, the devices training spreads over, FSDP when parameters are
-    sharded), the
+    sharded, the JAX processes when more than one), the
     pack (only with `pack_seeds`: `p1`, `p2`, ... for the trials trained as
     one program, `-` for one trained alone; `rope_lab.trial.packing.plan_packs`), stages,
     tokens, FLOPs, CPU time, training memory per device (`train_memory` over the devices

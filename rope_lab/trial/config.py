@@ -42,6 +42,10 @@ class TrainConfig:
 
     `devices`: train data-parallel over this many local devices (None: all of them); the batch
     is split over them, so `batch_size` must be a multiple of the device count.
+    `processes`: train as this many JAX processes on this machine forming one mesh
+    (`rope_lab.trial.processes`; 1: this process alone); `devices` then counts each process's
+    devices, and the batch splits over all of them. Process 0 writes the rows and the model;
+    evaluation runs once, after. Not in trial ids (the same numbers to float rounding).
     `shard_params`: split parameters and optimiser state over those devices too (fully sharded
     data parallelism, `rope_lab.trial.parallel.shard`) instead of a whole copy on each; the same
     numbers to float rounding, so trial ids leave it out.
@@ -74,6 +78,7 @@ class TrainConfig:
     checkpoint_every: int = identity(0)
     eval_every: int = identity(0)
     devices: int | None = execution(None)
+    processes: int = execution(1)
     shard_params: bool = execution(False)
     pose_target_length: int | None = identity(None, neutral=None, label=Label(" +PoSE {}"))
     pose_chunks: int = identity(2, neutral=2, label=Label(" PoSE chunks {}"))
@@ -173,6 +178,7 @@ def check_train(cfg: TrialConfig) -> None:
         raise ConfigError(
             f"train.batch_size: {tr.batch_size} is not divisible by train.devices={tr.devices}"
         )
+    check_processes(cfg)
     if tr.pose_target_length is not None and tr.pose_target_length < tr.length:
         raise ConfigError(
             f"train.pose_target_length: must be >= train.length={tr.length}, "
@@ -197,6 +203,26 @@ def check_train(cfg: TrialConfig) -> None:
         raise ConfigError(f"train.min_lr_ratio: must be in [0, 1], got {tr.min_lr_ratio!r}")
     check_regime(cfg)
     check_remat(cfg)
+
+
+def check_processes(cfg: TrialConfig) -> None:
+    """`train.processes`: at least 1; with more, the batch splits over every process's devices
+    and NTK tracking (which runs in one process) is off."""
+    tr = cfg.train
+    check_positive(tr.processes, "train.processes")
+    if tr.processes == 1:
+        return
+    devices = tr.processes * (tr.devices or 1)
+    if tr.batch_size % devices:
+        raise ConfigError(
+            f"train.batch_size: {tr.batch_size} is not divisible by the {devices} devices of "
+            f"train.processes={tr.processes} x train.devices={tr.devices or 1}"
+        )
+    if cfg.ntk.enabled:
+        raise ConfigError(
+            f"train.processes: {tr.processes} processes need ntk.enabled: false "
+            "(NTK tracking runs in one process)"
+        )
 
 
 def check_remat(cfg: TrialConfig) -> None:

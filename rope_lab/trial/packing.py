@@ -64,6 +64,8 @@ def unpackable(cfg: TrialConfig) -> str | None:
         return f"train.devices {tr.devices} (a pack trains on one device)"
     if tr.shard_params:
         return "train.shard_params (a pack trains on one device)"
+    if tr.processes > 1:
+        return f"train.processes {tr.processes} (a pack trains in one process)"
     return None
 
 

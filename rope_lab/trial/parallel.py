@@ -1,4 +1,4 @@
-"""Data parallelism over the local devices of one host with `jax.sharding`.
+"""Data parallelism over the devices of one trial with `jax.sharding`.
 
 A 1-D mesh with axis "data" spans the devices a trial uses. The batch (leading axis) is split
 over "data"; parameters, optimiser state, frozen buffers and task operands are replicated. XLA's
@@ -9,6 +9,11 @@ With `train.shard_params` (fully sharded data parallelism), parameters and optim
 split over the same "data" axis instead (`shard`, `constrain_sharded`): each array along its
 largest axis that the device count divides (`leaf_sharding`), so each device holds about 1/n
 of them; XLA gathers a weight where a layer needs it whole and reduce-scatters its gradient.
+
+A trial of several JAX processes (`train.processes`, `rope_lab.trial.processes`) has one mesh
+over every process's devices: `train.devices` counts each process's own, and the batch splits
+over all of them. Every process computes the same program on the same inputs (the batch is
+sampled in the step from the same key), so putting a host value on the mesh needs no exchange.
 """
 
 from __future__ import annotations
@@ -27,18 +32,20 @@ Tree = TypeVar("Tree")
 
 
 def resolve_devices(requested: int | None, batch_size: int) -> int:
-    """Number of devices a trial trains on: `requested` (None: every local device).
+    """Number of devices a trial trains on: `requested` per process (None: every local device)
+    times the JAX processes of the trial.
 
     Raises ValueError naming `train.devices` when more are requested than exist, and naming
     `train.batch_size` when the batch does not split evenly over the devices.
     """
     available = jax.local_device_count()
-    n = available if requested is None else requested
+    per_process = available if requested is None else requested
+    n = per_process * jax.process_count()
     if n < 1:
         raise ValueError(f"train.devices: must be >= 1, got {requested!r}")
-    if n > available:
+    if per_process > available:
         raise ValueError(
-            f"train.devices: {n} requested but this host has {available} local "
+            f"train.devices: {per_process} requested but this host has {available} local "
             f"{jax.default_backend()} device(s)"
         )
     if batch_size % n:
@@ -51,12 +58,22 @@ def resolve_devices(requested: int | None, batch_size: int) -> int:
 
 
 def data_mesh(n_devices: int | None = None) -> Mesh:
-    """A 1-D mesh (axis "data") over the first `n_devices` local devices (None: all of them)."""
-    devices = jax.local_devices()
-    n = len(devices) if n_devices is None else n_devices
-    if not 1 <= n <= len(devices):
-        raise ValueError(f"n_devices: need 1..{len(devices)}, got {n_devices!r}")
-    return Mesh(np.array(devices[:n]), (DATA_AXIS,))
+    """A 1-D mesh (axis "data") over the first `n_devices` devices (None: all of them): the
+    local ones, or with several JAX processes the first `n_devices / processes` of each, in
+    process order."""
+    processes = jax.process_count()
+    local = jax.local_device_count()
+    n = local * processes if n_devices is None else n_devices
+    if not 1 <= n <= local * processes or n % processes:
+        most = local * processes
+        raise ValueError(f"n_devices: need a multiple of {processes} in 1..{most}, got {n_devices}")
+    per = n // processes
+    devices = [d for p in range(processes) for d in _process_devices(p)[:per]]
+    return Mesh(np.array(devices), (DATA_AXIS,))
+
+
+def _process_devices(process: int) -> list[Any]:
+    return sorted((d for d in jax.devices() if d.process_index == process), key=lambda d: d.id)
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:
@@ -79,9 +96,21 @@ def replicate(tree: Tree, mesh: Mesh, *, copy: bool = False) -> Tree:
     may_alias = False if copy else None
 
     def put(x: Any) -> Any:
-        return jax.device_put(x, sharding, may_alias=may_alias) if eqx.is_array(x) else x
+        return place(x, sharding, may_alias=may_alias) if eqx.is_array(x) else x
 
     return jax.tree.map(put, tree)
+
+
+def place(x: Any, sharding: NamedSharding, *, may_alias: bool | None = None) -> Any:
+    """`jax.device_put(x, sharding)`, also onto a mesh spanning several processes, where JAX
+    takes host values only: this process's array then goes through the host first (each process
+    holds the same value)."""
+    if sharding.is_fully_addressable or not isinstance(x, jax.Array) or not x.is_fully_addressable:
+        return jax.device_put(x, sharding, may_alias=may_alias)
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+        data = jax.device_put(np.asarray(jax.random.key_data(x)), sharding)
+        return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
+    return jax.device_put(np.asarray(x), sharding)
 
 
 def leaf_sharding(x: Any, mesh: Mesh) -> NamedSharding:
@@ -105,9 +134,7 @@ def shard(tree: Tree, mesh: Mesh, *, copy: bool = False) -> Tree:
     may_alias = False if copy else None
 
     def put(x: Any) -> Any:
-        return (
-            jax.device_put(x, leaf_sharding(x, mesh), may_alias=may_alias) if eqx.is_array(x) else x
-        )
+        return place(x, leaf_sharding(x, mesh), may_alias=may_alias) if eqx.is_array(x) else x
 
     return jax.tree.map(put, tree)
 
@@ -156,6 +183,7 @@ __all__ = [
     "constrain_sharded",
     "data_mesh",
     "leaf_sharding",
+    "place",
     "replicate",
     "replicated",
     "resolve_devices",
@@ -165,6 +193,17 @@ __all__ = [
 
 def to_default_device(tree: Tree) -> Tree:
     """Every array leaf of `tree` on the first local device, single-device sharded: the layout of
-    a freshly built or loaded model, so evaluation compiled for one serves the other."""
+    a freshly built or loaded model, so evaluation compiled for one serves the other. An array
+    spread over several processes is gathered whole first (every process must call this)."""
+    from jax.experimental import multihost_utils
+
     device = jax.local_devices()[0]
-    return jax.tree.map(lambda x: jax.device_put(x, device) if eqx.is_array(x) else x, tree)
+
+    def put(x: Any) -> Any:
+        if not eqx.is_array(x):
+            return x
+        if not x.is_fully_addressable:
+            x = multihost_utils.process_allgather(x, tiled=True)
+        return jax.device_put(x, device)
+
+    return jax.tree.map(put, tree)

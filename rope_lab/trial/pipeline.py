@@ -127,7 +127,7 @@ def compile_cache_dir() -> Path | None:
     return Path(base) / "rope_lab" / "jax"
 
 
-def _setup_jax() -> None:
+def setup_jax() -> None:
     """Point JAX at the persistent compilation cache (`compile_cache_dir`), if any."""
     import jax  # here, when a stage runs: importing this module must not import JAX
 
@@ -192,7 +192,7 @@ def _guarded(run_dir: str | Path, trial_id: str, stage: str, work: Callable[[], 
         return earlier
     start = time.time()
     try:
-        _setup_jax()
+        setup_jax()
         result = {"stage": stage, "trial_id": trial_id, "started_at": start, **work()}
         return _record(folder, result, start)
     except Exception:
@@ -208,6 +208,10 @@ def _work(cfg: TrialConfig, run_dir: Path, stage: Stage, tracking: dict | None) 
     # (the sweep driver does) must not.
     from rope_lab.trial import stage_work
 
+    if stage.is_train and cfg.train.processes > 1:
+        from rope_lab.trial.processes import run_train_processes
+
+        return run_train_processes(cfg, run_dir, tracking)
     if stage.is_train:
         if tracking is None:  # the call an untracked trial has always made
             return stage_work.train_stage(cfg, run_dir)
@@ -268,7 +272,7 @@ def run_pack_train(
                 todo.append(cfg)
         if todo:
             try:
-                _setup_jax()
+                setup_jax()
                 # Imported here, when the pack trains: stage_work imports JAX, which importing
                 # this module (the sweep driver does) must not.
                 from rope_lab.trial import stage_work
@@ -363,6 +367,9 @@ def run_trial_stages(
     """Every stage of one trial in this process, in order, then its trials row (sweep name
     default: `cfg.name`). Returns the trial status (done, diverged, failed, or busy when another
     process holds a stage: no trials row then) and the stage results."""
+    from rope_lab.trial.processes import check_launch
+
+    check_launch(cfg)
     config = to_dict(cfg)
     results = [run_stage(config, run_dir, TRAIN_STAGE)]
     if results[0]["status"] == "done":
@@ -389,5 +396,6 @@ __all__ = [
     "run_train_stage",
     "run_trial_stages",
     "select_stage_rows",
+    "setup_jax",
     "stage_dir",
 ]

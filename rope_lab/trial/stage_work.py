@@ -38,6 +38,7 @@ from rope_lab.trial.finetune import finetune_and_evaluate
 from rope_lab.trial.packing import mismatch
 from rope_lab.trial.parallel import resolve_devices
 from rope_lab.trial.pipeline import CONFIG_FILE, MODEL_FILE
+from rope_lab.trial.processes import is_writer
 from rope_lab.trial.scaling_plan import same_frequencies, scalings_for
 from rope_lab.trial.stage_plan import Stage, decoded_scalings
 from rope_lab.trial.train import init_state, train
@@ -66,7 +67,8 @@ class _TrainJob:
         with phases.phase("setup"):
             self.folder.mkdir(parents=True, exist_ok=True)
             config_text = yaml.safe_dump(to_dict(cfg), sort_keys=False)
-            atomic_write_text(self.folder / CONFIG_FILE, config_text)
+            if is_writer():
+                atomic_write_text(self.folder / CONFIG_FILE, config_text)
             every = cfg.train.checkpoint_every or max(cfg.train.steps, 1)
             self.model, self.opt_state = init_state(cfg)
             task = task_from_config(cfg.task)
@@ -109,7 +111,7 @@ class _TrainJob:
 
     def _flush(self, history: list[dict], upto: int) -> None:
         rows = [r for r in history if self.written < r["step"] <= upto]
-        if rows:
+        if rows and is_writer():
             append_rows(self.folder, "train", rows, segment=f"train_{upto:08d}")
         self.written = upto
 
@@ -141,7 +143,7 @@ class _TrainJob:
                 self.live.close()
             if self.live.warnings:
                 out["tracking_warnings"] = self.live.warnings
-        if not result.diverged:
+        if not result.diverged and is_writer():
             with self.phases.phase("io"):
                 save_model(self.folder / MODEL_FILE, result.model)
         return out

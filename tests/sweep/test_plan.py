@@ -325,6 +325,24 @@ def test_plan_shows_devices_shares_and_packs() -> None:
     assert set(cpu.values()) == {("0", "all")}
 
 
+def test_plan_shows_the_processes_a_trial_trains_over() -> None:
+    """`train.processes` in the DP cell (all processes' devices, then the processes); a trial
+    asking for more processes than the CPUs its task gets, or for GPUs, is listed."""
+
+    def plan(processes: int, **resources: float) -> str:
+        base = BASE | {"ntk": {"enabled": False}}
+        base = base | {"train": BASE["train"] | {"processes": processes}}
+        return plan_table(parse_spec({"name": "p", "base": base, "resources": resources}))
+
+    text = plan(2, num_cpus=2)
+    assert set(_cells(text, ("GPU", "DP")).values()) == {("0", "2 (2 proc)")}
+    assert "!" not in text
+    text = plan(4)
+    assert set(_cells(text, ("DP",)).values()) == {("4 (4 proc) !",)}
+    assert "train.processes 4 > resources.num_cpus 1" in text
+    assert "train.processes > 1 trains on CPU devices only" in plan(2, num_cpus=2, num_gpus=1)
+
+
 def test_training_memory_per_device() -> None:
     """The larger of the train step at L_train and the fine-tuning step at 2 L_train, with the
     batch (and, sharded, the parameters and optimiser state) split over the training devices;
