@@ -16,6 +16,7 @@ from rope_lab.analysis.query import QueryError
 from rope_lab.registry import PLOTS
 
 METRICS = ("first_token_mass", "sink_mass", "gate_mean", "fox_window")
+ROWS = ("task.name", "model.width", "train.length", "model.depth")  # rows: the first that varies
 
 
 def attention_frame(source: Source) -> pl.DataFrame:
@@ -44,11 +45,14 @@ def attention_mass(
     and heads), ``sink_mass`` (on the learned sink logit), ``gate_mean`` (the output gate) or
     ``fox_window`` (the forget gate's effective window, median over heads), vs ``x``
     (``length_ratio``: L_train at 1), one line per ``hue``; variants without the statistic
-    draw no line.
+    draw no line. One row of panels per task (else per width, L_train or depth when those
+    vary), so no line pools models of two sizes.
     """
     if metric not in METRICS:
         raise QueryError(
             f"attention_mass: unknown metric {metric!r}; allowed: {', '.join(METRICS)}"
         )
     frame = attention_frame(source)
-    return extrapolation(frame, metric=metric, x=x, hue=hue, col="layer", row=None, out=out)
+    varying = q.varying_columns(frame, [c for c in ROWS if c in frame.columns])
+    row = varying[0] if varying else None
+    return extrapolation(frame, metric=metric, x=x, hue=hue, col="layer", row=row, out=out)
