@@ -194,7 +194,7 @@ def check_columns(frame: pl.DataFrame | pl.LazyFrame, names: Iterable[str], what
         )
 
 
-EVAL_MODES: Final = ("teacher_forced", "decode", "all")
+EVAL_MODES: Final = ("teacher_forced", "decode", "attention", "all")
 
 
 def eval_table(
@@ -209,7 +209,9 @@ def eval_table(
     ``length_ratio = length / train.length``; ``whole_sequence=False`` keeps the per-position-
     bucket rows too (``position_bucket`` = bucket start, null for the whole sequence).
     ``mode``: the teacher-forced rows (``mode`` null; what every figure and claim reads), the
-    rows of answers generated with a cache (``"decode"``, with their ``protocol``), or ``"all"``.
+    rows of answers generated with a cache (``"decode"``, with their ``protocol``), the
+    attention statistics per layer (``"attention"``: `rope_lab.trial.attention_rows`), or
+    ``"all"``.
     ``depths``: False, the rows of the task as sampled (``depth`` null: what every figure and
     claim reads); True, only the rows at a set needle depth (``eval.depths``; a length x depth
     table is ``pivot(on="depth", index="length", values="accuracy")``); None, both.
@@ -224,8 +226,7 @@ def eval_table(
         at_depth = pl.col("depth").is_not_null()
         lf = lf.filter(at_depth if depths else ~at_depth)
     if mode != "all":
-        decoded = pl.col("mode").fill_null("teacher_forced") == "decode"
-        lf = lf.filter(decoded if mode == "decode" else ~decoded)
+        lf = lf.filter(pl.col("mode").fill_null("teacher_forced") == mode)
     columns = lf.collect_schema().names()
     extra = [label_expr(columns)]
     if "train.length" in columns:

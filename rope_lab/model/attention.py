@@ -235,9 +235,42 @@ def reference_attention(
     `attention_logits.with_decay`) and the contextual term (`contextual_bias` of each block's
     logits). Under a remap q and k are (S, H, L, Dh), one rotation per position
     set."""
+    blocks = reference_weights(
+        q,
+        k,
+        positions,
+        encoding,
+        variant=variant,
+        scale=scale,
+        window=window,
+        row_scale=row_scale,
+        log_decay=log_decay,
+    )
+    outs = [
+        jnp.einsum("hqk,hkd->hqd", weights.astype(v.dtype), v[:, :stop])
+        for _, stop, weights in blocks
+    ]
+    return jnp.concatenate(outs, axis=1)
+
+
+def reference_weights(
+    q: Float[Array, "H L Dh"],
+    k: Float[Array, "H L Dh"],
+    positions: Int[Array, " L"],
+    encoding: PositionEncoding | None,
+    *,
+    variant: Variant,
+    scale: float,
+    window: int | None = None,
+    row_scale: Float[Array, "H L"] | None = None,
+    log_decay: Float[Array, "H L"] | None = None,
+) -> list[tuple[int, int, Float[Array, "H Bq Bk"]]]:
+    """The reference path's attention weights, query block by query block: (start, stop,
+    weights (H, stop - start, stop) of queries [start, stop) over keys [0, stop)), float32, as
+    `reference_attention` applies them to the values (keys q/k as there)."""
     length = q.shape[-2]
     index = jnp.arange(length)
-    outs = []
+    out = []
     for start, stop in causal_blocks(length):
         q_pos, k_pos = positions[start:stop], positions[:stop]
         bias = None if encoding is None else encoding.bias(q_pos, k_pos)
@@ -248,9 +281,8 @@ def reference_attention(
         rows = None if row_scale is None else row_scale[:, start:stop]
         qb, kb = q[..., start:stop, :], k[..., :stop, :]
         logits = block_logits(qb, kb, scale, bias, ok, rows, encoding, choice)
-        weights = row_weights(logits, variant).astype(v.dtype)
-        outs.append(jnp.einsum("hqk,hkd->hqd", weights, v[:, :stop]))
-    return jnp.concatenate(outs, axis=1)
+        out.append((start, stop, row_weights(logits, variant)))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -294,5 +326,6 @@ __all__ = [
     "expand_kv",
     "fused_attention",
     "reference_attention",
+    "reference_weights",
     "visible_keys",
 ]

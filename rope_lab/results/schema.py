@@ -43,6 +43,13 @@ EVAL_SCHEMA: Final = pl.Schema(
         "mode": pl.String(),  # null: teacher forced; "decode": answers generated (decode_eval)
         "protocol": pl.String(),  # decode rows: the cache protocol (kv_cache.PROTOCOLS)
         "depth": pl.Float64(),  # null; eval.depths: the needle's relative depth (whole rows)
+        # mode "attention" rows (eval.attention_stats): the layer, the head (null: all heads)
+        "layer": pl.Int64(),
+        "head": pl.Int64(),
+        "first_token_mass": pl.Float64(),  # attention weight on key 0, queries i >= 1
+        "sink_mass": pl.Float64(),  # weight on the sink logit (sinks)
+        "gate_mean": pl.Float64(),  # mean output gate sigmoid(x W_gate) (gated variants)
+        "fox_window": pl.Float64(),  # 1 / -(mean log forget gate), tokens (fox, fox_pro)
     }
 )
 

@@ -126,6 +126,10 @@ class EvalConfig:
     the context, 1: its end), one whole-sequence row per (length, depth) with its `depth`
     (the task's own rows, depth null, stay as they are); the same trained model at every
     depth, so a length x depth table needs no retraining.
+    `attention_stats`: also write, per length and layer, where attention puts its mass (first
+    token, a sink logit), the output gate's mean and a forget gate's effective window, rows of
+    `mode` attention (`rope_lab.trial.attention_rows`), from one more forward by the
+    reference path.
     """
 
     length_multipliers: tuple[float, ...] = identity((0.25, 0.5, 1.0, 1.5, 2.0, 4.0, 8.0, 16.0))
@@ -150,6 +154,9 @@ class EvalConfig:
         False, neutral=False, label=Unlabelled("its rows are labelled by their method")
     )
     depths: tuple[float, ...] = identity(())
+    attention_stats: bool = identity(
+        False, neutral=False, label=Unlabelled("its rows have their own mode, attention")
+    )
     text_protocol: str = identity("random", neutral="random", label="protocol")
     text_stride: int | None = identity(None, neutral=None, label="protocol")
     decode: DecodeConfig = identity(DecodeConfig())

@@ -15,7 +15,8 @@ length, loss, perplexity, accuracy, exact_match, bits_per_byte (text tasks: nats
 tokens / bytes of the scored tokens / ln 2; None otherwise), position_bucket (None for whole
 sequences), depth (with `eval.depths`: the needle's relative depth of a whole-sequence row;
 absent otherwise), sequences_per_forward (the evaluation batch is split to fit
-`eval.memory_budget_mb`).
+`eval.memory_budget_mb`). With `eval.attention_stats` each length also gets the rows of
+`rope_lab.trial.attention_rows` (`mode` attention), from the same batches (`DrawnBatches.inputs`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from rope_lab.model.transformer import Transformer, with_scaling, with_temperatu
 from rope_lab.runtime.xla_options import FEW_CALLS
 from rope_lab.tasks import Batch, Task
 from rope_lab.tasks.text_lm import text_windows
+from rope_lab.trial.attention_rows import attention_rows
 from rope_lab.trial.eval_rows import rows_for_length
 from rope_lab.trial.objective import token_losses
 from rope_lab.trial.scaling_plan import (
@@ -80,6 +82,9 @@ def evaluate_model(
             batches = draw_batches(task, cfg, length, key=at_key, sets=sets)
             sums = metric_sums(scaled, batches)
             rows += rows_for_length(sums, length, cfg.eval.position_buckets, labels)
+            if cfg.eval.attention_stats:
+                inputs = draw_batches(task, cfg, length, key=at_key, sets=sets).inputs()
+                rows += attention_rows(scaled, inputs, cfg, length, labels, sets)
             rows += depth_rows(scaled, task, cfg, length, labels, key=key, sets=sets)
     return rows
 
@@ -136,6 +141,8 @@ def model_at_length(
 # 2. The batches of a length.
 # One evaluation batch as the function that runs a model on it: model -> `_sums` of the batch.
 BatchRun = Callable[[Transformer], Any]
+# The inputs of a length's evaluation batches, unpadded: (B, L) batch and (B, L) positions.
+BatchInputs = Callable[[], Iterator[tuple[Batch, Array]]]
 
 
 class DrawnBatches(NamedTuple):
@@ -145,6 +152,7 @@ class DrawnBatches(NamedTuple):
     batches: Iterator[BatchRun]
     length: int
     sequences_per_forward: int
+    inputs: BatchInputs  # the same batches as model inputs (`eval.attention_stats`)
     single_answer: bool  # False for windows of text, which have no exact match
     counts_bytes: bool = False  # the task's tokens are text: sums carry their bytes
 
@@ -205,8 +213,13 @@ def _sampled_batches(
                     **({} if nbytes is None else {"nbytes": nbytes}),
                 )
 
+    def inputs() -> Iterator[tuple[Batch, Array]]:
+        for b in range(ev.batches):
+            keys = jax.random.split(jax.random.fold_in(key, b))
+            yield _drawn_batch(task, operands, keys, ev.batch_size, length, cfg, length)
+
     return DrawnBatches(
-        batches(), length, chunk, single_answer=True, counts_bytes=nbytes is not None
+        batches(), length, chunk, single_answer=True, counts_bytes=nbytes is not None, inputs=inputs
     )
 
 
@@ -228,7 +241,7 @@ def _text_batches(task: Task, cfg: TrialConfig, length: int, *, key, sets: int =
     chunk = sequences_per_forward(cfg, length, sets)
     nbytes = _byte_table(task)
 
-    def batches() -> Iterator[BatchRun]:
+    def inputs() -> Iterator[tuple[Batch, Array]]:
         for g, start in enumerate(range(0, rows, ev.batch_size)):
             part = slice(start, start + ev.batch_size)
             batch = Batch(
@@ -239,10 +252,19 @@ def _text_batches(task: Task, cfg: TrialConfig, length: int, *, key, sets: int =
             positions = batch_positions(
                 cfg, batch_size=ev.batch_size, length=length, key=jax.random.fold_in(key, g)
             )
+            yield batch, positions
+
+    def batches() -> Iterator[BatchRun]:
+        for batch, positions in inputs():
             yield partial(_split_sums, batch=batch, positions=positions, chunk=chunk, nbytes=nbytes)
 
     return DrawnBatches(
-        batches(), length, chunk, single_answer=False, counts_bytes=nbytes is not None
+        batches(),
+        length,
+        chunk,
+        single_answer=False,
+        counts_bytes=nbytes is not None,
+        inputs=inputs,
     )
 
 

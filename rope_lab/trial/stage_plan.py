@@ -79,7 +79,7 @@ class Stage:
 
 # Reading fields added after stages were first keyed, with the value they had before: left
 # out of the key at that value, so existing stages keep their names.
-UNKEYED_DEFAULTS: Final[Mapping[str, object]] = {"depths": []}
+UNKEYED_DEFAULTS: Final[Mapping[str, object]] = {"depths": [], "attention_stats": False}
 
 
 def reading(cfg: TrialConfig) -> dict:

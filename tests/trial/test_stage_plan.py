@@ -159,6 +159,7 @@ OTHER_EVAL = {
     "memory_budget_mb": 1.0,
     "zero_shot_temperature": False,
     "depths": (0.5,),
+    "attention_stats": True,
     "text_protocol": "nonoverlapping",
     "text_stride": 4,
     "decode": DecodeConfig(protocols=("per_step_full",)),

@@ -116,6 +116,16 @@ def make_store(root: Path) -> Path:
             for length in LENGTHS
         ]  # fmt: skip
         append_rows(d, "eval", decoded, segment="decode")
+        # attention statistics (eval.attention_stats), as trained: per layer, then per head
+        attention = [
+            {"step": 200, "method": stages[0][0], "factor": 1.0, "finetune_steps": 0,
+             "length": length, "mode": "attention", "layer": layer, "head": head,
+             "first_token_mass": 0.6 * (L_TRAIN / length) ** 0.5 / (1 + layer + 0.1 * seed)}
+            for length in LENGTHS
+            for layer in (0, 1)
+            for head in (None, 0, 1)
+        ]  # fmt: skip
+        append_rows(d, "eval", attention, segment="attention")
         ntk = []
         for step, probe, group in itertools.product(NTK_STEPS, PROBES, ("total", "mlp")):
             for method, factor in [("none", 1.0)] + ([("yarn", 4.0)] if kind == "rope" else []):
