@@ -230,7 +230,8 @@ def reference_attention(
     row_scale: Float[Array, "H L"] | None = None,
     log_decay: Float[Array, "H L"] | None = None,
 ) -> Float[Array, "H L Dh"]:
-    """Exact softmax (with `variant`'s prior logit) per query block over its causal key prefix
+    """Exact softmax (with `variant`'s prior logit; stick-breaking weights for a stick-breaking
+    variant, which hides each query's own key) per query block over its causal key prefix
     (`memory.causal_blocks`), with the encoding's bias, the forget gates' decay (`log_decay`,
     `attention_logits.with_decay`) and the contextual term (`contextual_bias` of each block's
     logits). Under a remap q and k are (S, H, L, Dh), one rotation per position
@@ -244,7 +245,7 @@ def reference_attention(
         if log_decay is not None:
             bias = with_decay(bias, log_decay[:, start:stop], log_decay[:, :stop])
         choice = remap_choice(encoding, q_pos, k_pos)
-        ok = visibility(index[start:stop], index[:stop], window)
+        ok = visibility(index[start:stop], index[:stop], window, variant.config.sees_own_key)
         rows = None if row_scale is None else row_scale[:, start:stop]
         qb, kb = q[..., start:stop, :], k[..., :stop, :]
         logits = block_logits(qb, kb, scale, bias, ok, rows, encoding, choice)
