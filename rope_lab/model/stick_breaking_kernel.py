@@ -14,9 +14,11 @@ reverse cumulative sum. The backward, with ds_ij = A_ij (do_i . v_j) the gradien
 
     dz_ij = ds_ij sigmoid(-z_ij) - sigmoid(z_ij) sum_{j'<j} ds_ij',
 
-z_ij breaking the stick of every farther key j' < j. A row's ds sum to delta_i = do_i . o_i, so
-the backward also walks right to left, carrying the nearer keys' sum of ds, and the farther
-keys' sum is delta_i less it (o_i kept in float32 from the forward). Logits are the blocked
+z_ij breaking the stick of every farther key j' < j. Per query block it first walks right to
+left recording, per key block, each row's sum of ls(-z) over the keys after it (H x L floats,
+linear), then left to right carrying the farther keys' sum of ds. (A row's ds sum to
+delta_i = do_i . o_i, but delta_i less the nearer keys' sum loses the far keys' small sums to
+rounding, and every far key's sigmoid(z) multiplies that error.) Logits are the blocked
 kernel's (`attention_logits.block_logits`: the encoding's bias, the row scale, a remap's sets);
 a masked pair has logit MASKED, sigmoid 0: no weight and no break. Keys j >= i are masked
 (`visibility(own_key=False)`), and a window keeps i - j < window.
@@ -69,7 +71,7 @@ def _right_to_left(plan: _Plan, i: Array, body, init):
 
 
 def _forward(q, k, v, encoding, row_scale, positions, plan: _Plan):
-    """Outputs (H, L, Dh) of the padded sequence, in float32."""
+    """Outputs (H, L, Dh) of the padded sequence."""
     qt, kt = (_tiles(x, plan, _qk_axis(plan)) for x in (q, k))
     vt = _tiles(v, plan)
     rt = None if row_scale is None else _tiles(row_scale, plan)
@@ -77,15 +79,11 @@ def _forward(q, k, v, encoding, row_scale, positions, plan: _Plan):
     heads, dh = q.shape[-3], v.shape[-1]
 
     def query_block(_, i):
-        qi = qt[i]
-        ri = None if rt is None else rt[i]
+        logits = _tile_logits(qt[i], kt, None if rt is None else rt[i], encoding, pt, plan, i)
 
         def key_block(j, carry):
             kept, acc = carry
-            bias = _bias(encoding, pt[i], pt[j])
-            choice = remap_choice(encoding, pt[i], pt[j])
-            s = block_logits(qi, kt[j], plan.scale, bias, _mask(plan, i, j), ri, None, choice)
-            log_a, kept = log_stick_weights(s, kept)
+            log_a, kept = log_stick_weights(logits(j), kept)
             av = jnp.einsum(
                 "hqk,hkd->hqd",
                 jnp.exp(log_a).astype(vt.dtype),
@@ -99,20 +97,32 @@ def _forward(q, k, v, encoding, row_scale, positions, plan: _Plan):
             jnp.zeros((heads, plan.block, dh), jnp.float32),
         )
         _, acc = _right_to_left(plan, i, key_block, init)
-        return None, acc
+        return None, acc.astype(v.dtype)
 
     _, out = jax.lax.scan(query_block, None, jnp.arange(plan.n_blocks))
     return _untile(out)
 
 
-def _backward(q, k, v, encoding, row_scale, positions, plan: _Plan, out, d_out):
+def _tile_logits(qi, kt, ri, encoding, pt, plan: _Plan, i):
+    """j -> the masked logits (H, block, block) of query block i against key block j."""
+
+    def logits(j):
+        bias = _bias(encoding, pt[i], pt[j])
+        choice = remap_choice(encoding, pt[i], pt[j])
+        return block_logits(qi, kt[j], plan.scale, bias, _mask(plan, i, j), ri, None, choice)
+
+    return logits
+
+
+def _backward(q, k, v, encoding, row_scale, positions, plan: _Plan, d_out):
     """Gradients of (q, k, v, encoding, row_scale) from recomputed tiles (module docstring).
-    With a row scale r the logits are r * z: dz = r * dx and dr = rowsum(dx * z), dx the
-    gradient of the scaled logits."""
+    Per query block, a first pass right to left records each key block's sum of ls(-z) over
+    the keys after it; the second, left to right, carries the farther keys' sum of ds, each a
+    sum of terms of its own (no difference of large sums). With a row scale r the logits are
+    r * z: dz = r * dx and dr = rowsum(dx * z), dx the gradient of the scaled logits."""
     qt, kt = (_tiles(x, plan, _qk_axis(plan)) for x in (q, k))
     vt, dot = (_tiles(x, plan) for x in (v, d_out))
     rt = None if row_scale is None else _tiles(row_scale, plan)
-    delta = _tiles(jnp.sum(d_out.astype(jnp.float32) * out, -1), plan)
     pt = positions.reshape(plan.n_blocks, plan.block)
     if encoding is not None:
         params, static = eqx.partition(encoding, eqx.is_inexact_array)
@@ -124,9 +134,19 @@ def _backward(q, k, v, encoding, row_scale, positions, plan: _Plan, out, d_out):
         dk, dv, d_params = carry
         qi, doi = qt[i], dot[i]
         ri = None if rt is None else rt[i]
+        logits = _tile_logits(qi, kt, ri, encoding, pt, plan, i)
+        row0 = jnp.zeros(doi.shape[:-1], jnp.float32)
+
+        def after_block(j, carry):
+            kept, kept_after = carry
+            kept_after = kept_after.at[j].set(kept)
+            return kept + jax.nn.log_sigmoid(-logits(j)).sum(-1), kept_after
+
+        kept_after0 = jnp.zeros((plan.n_blocks, *row0.shape), jnp.float32)
+        _, kept_after = _right_to_left(plan, i, after_block, (row0, kept_after0))
 
         def key_block(j, inner):
-            dq, dk, dv, d_params, dr, kept, nearer_ds = inner
+            dq, dk, dv, d_params, dr, farther_ds = inner
             ok = _mask(plan, i, j)
             if not plan.has_bias:
                 bias, bias_vjp = None, None
@@ -137,18 +157,17 @@ def _backward(q, k, v, encoding, row_scale, positions, plan: _Plan, out, d_out):
             choice = remap_choice(encoding, pt[i], pt[j])
             z = raw_logits(qi, kt[j], plan.scale, bias, choice)
             s = jnp.where(ok[None], z if ri is None else z * ri[..., None], MASKED)
-            log_a, kept = log_stick_weights(s, kept)
-            a = jnp.exp(log_a)
+            a = jnp.exp(log_stick_weights(s, kept_after[j])[0])
             dv_j = jnp.einsum(
                 "hqk,hqd->hkd", a.astype(doi.dtype), doi, preferred_element_type=jnp.float32
             )
             da = jnp.einsum("hqd,hkd->hqk", doi, vt[j], preferred_element_type=jnp.float32)
             ds = a * da
-            here_or_nearer = jax.lax.cumsum(ds, axis=2, reverse=True) + nearer_ds[..., None]
-            farther_ds = delta[i][..., None] - here_or_nearer
-            dx = ds * jax.nn.sigmoid(-s) - jax.nn.sigmoid(s) * farther_ds
+            before = jnp.cumsum(ds, axis=2)
+            before = jnp.concatenate([jnp.zeros_like(before[..., :1]), before[..., :-1]], -1)
+            dx = ds * jax.nn.sigmoid(-s) - jax.nn.sigmoid(s) * (farther_ds[..., None] + before)
             dx = jnp.where(ok[None], dx, 0.0)
-            nearer_ds = nearer_ds + ds.sum(-1)
+            farther_ds = farther_ds + ds.sum(-1)
             if ri is not None:
                 dr = dr + jnp.sum(jnp.where(ok[None], dx * z, 0.0), -1)
                 dx = dx * ri[..., None]
@@ -167,12 +186,11 @@ def _backward(q, k, v, encoding, row_scale, positions, plan: _Plan, out, d_out):
             dk_j = jnp.einsum(
                 "...hqk,...hqd->...hkd", dx.astype(qi.dtype), qi, preferred_element_type=jnp.float32
             )
-            return dq, dk.at[j].add(dk_j), dv.at[j].add(dv_j), d_params, dr, kept, nearer_ds
+            return dq, dk.at[j].add(dk_j), dv.at[j].add(dv_j), d_params, dr, farther_ds
 
         dq0 = jnp.zeros(qi.shape, jnp.float32)
-        row0 = jnp.zeros(doi.shape[:-1], jnp.float32)
-        dq, dk, dv, d_params, dr, _, _ = _right_to_left(
-            plan, i, key_block, (dq0, dk, dv, d_params, row0, row0, row0)
+        dq, dk, dv, d_params, dr, _ = jax.lax.fori_loop(
+            *plan.key_blocks(i), key_block, (dq0, dk, dv, d_params, row0, row0)
         )
         return (dk, dv, d_params), (dq, dr)
 
@@ -192,18 +210,17 @@ def _backward(q, k, v, encoding, row_scale, positions, plan: _Plan, out, d_out):
 
 @eqx.filter_custom_vjp
 def _stick(operands, positions, plan):
-    return _forward(*operands, positions, plan).astype(operands[2].dtype)
+    return _forward(*operands, positions, plan)
 
 
 @_stick.def_fwd
 def _stick_fwd(perturbed, operands, positions, plan):
-    out = _forward(*operands, positions, plan)
-    return out.astype(operands[2].dtype), out
+    return _forward(*operands, positions, plan), None
 
 
 @_stick.def_bwd
-def _stick_bwd(out, d_out, perturbed, operands, positions, plan):
-    return _backward(*operands, positions, plan, out, d_out)
+def _stick_bwd(residuals, d_out, perturbed, operands, positions, plan):
+    return _backward(*operands, positions, plan, d_out)
 
 
 __all__ = ["stick_breaking_attention"]

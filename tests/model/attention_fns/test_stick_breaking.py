@@ -94,6 +94,20 @@ def test_blocked_equals_reference_with_a_learned_bias_and_a_row_scale():
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(b).max())))
 
 
+def test_far_keys_gradients_keep_float32_precision_at_1024_keys():
+    """The blocked kernel's gradients equal the reference path's autodiff to 1e-5 of their
+    size at L = 1024, where each far key's sigmoid(z) multiplies any rounding of the farther
+    keys' sum of ds (a sum taken as delta_i less the nearer keys' is 50 times further off)."""
+    length = 1024
+    q, k, v = 2.0 * jax.random.normal(jax.random.PRNGKey(8), (3, 1, length, 8))
+    cot = jax.random.normal(jax.random.PRNGKey(9), q.shape)
+    positions = jnp.arange(length)
+    want = _grads(lambda q, k, v: reference(q, k, v, positions, None), cot)(q, k, v)
+    got = _grads(lambda q, k, v: blocked(q, k, v, positions, None, block=128), cot)(q, k, v)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5 * float(np.abs(b).max()))
+
+
 def test_large_logits_at_4096_keys_stay_finite_and_pick_the_nearest_positive_key():
     """|z| = 100 everywhere: each query reads the value of its nearest earlier key with z > 0
     (sigmoid 1, every farther key's share times sigmoid(-100)), or nothing when there is none;
