@@ -198,11 +198,11 @@ def attend_keys(
     q_decay: Float[Array, "H Lq"] | None = None,
     k_decay: Float[Array, "H Lk"] | None = None,
 ) -> Float[Array, "H Lq Dh"]:
-    """Exact softmax attention of queries against given keys (a decoding cache, keys in sequence
-    order) with an explicit visibility mask: the encoding's bias of the position values, the
-    forget gates' decay (`q_decay`, `k_decay`: the cumulative log gates c of the queries and
-    keys), its contextual term, the row scale, then the mask, as the reference path computes
-    them.
+    """Exact softmax (or the variant's stick-breaking) attention of queries against given keys
+    (a decoding cache, keys in sequence order) with an explicit visibility mask: the encoding's
+    bias of the position values, the forget gates' decay (`q_decay`, `k_decay`: the cumulative
+    log gates c of the queries and keys), its contextual term, the row scale, then the mask, as
+    the reference path computes them.
     k and v may have fewer heads (KV, Lk, Dh), as `attend`; under a remap q and k carry a
     leading set axis (S, H, Lq, Dh), (S, KV, Lk, Dh)."""
     k, v = expand_kv(k, q.shape[-3]), expand_kv(v, q.shape[-3])

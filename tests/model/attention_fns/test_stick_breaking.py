@@ -20,7 +20,7 @@ from rope_lab.model.attention_fns.stick_breaking import StickBreaking
 from rope_lab.model.attention_logits import Variant
 from rope_lab.model.factory import make_model
 from tests.helpers import tiny_trial
-from tests.model.test_decode import TOKENS, jittered
+from tests.model.test_decode import TOKENS, assert_equals_teacher_forcing, jittered
 
 STICK = Variant(StickBreaking())
 HEADS, DH, LENGTH, SCALE = 2, 4, 9, 0.6
@@ -136,8 +136,10 @@ def test_large_logits_at_4096_keys_stay_finite_and_pick_the_nearest_positive_key
     np.testing.assert_allclose(dv[0], want_dv, atol=1e-5)
 
 
-def test_the_model_gives_the_same_logits_on_reference_and_blocked(monkeypatch):
-    """A two-kind Transformer (RoPE, the second kind windowed) in blocks of 4 tokens."""
+def test_the_model_gives_the_same_logits_on_reference_and_blocked_and_decoding(monkeypatch):
+    """A two-kind Transformer (RoPE, the second kind windowed) in blocks of 4 tokens; cached
+    decoding (the windowed kind a ring buffer of 3 slots, the query's own among them) gives
+    the forward's logits."""
     monkeypatch.setattr(flash, "BLOCK", 4)
     changes = {
         "eval.length_multipliers": (1.0, 2.0),
@@ -151,6 +153,7 @@ def test_the_model_gives_the_same_logits_on_reference_and_blocked(monkeypatch):
     ]
     tokens = TOKENS[:14]
     np.testing.assert_allclose(models[0](tokens), models[1](tokens), rtol=2e-5, atol=2e-5)
+    assert_equals_teacher_forcing(models[0], TOKENS)
 
 
 def test_stick_breaking_is_its_own_trial_refused_where_it_cannot_run():
