@@ -198,11 +198,11 @@ def attend_keys(
     q_decay: Float[Array, "H Lq"] | None = None,
     k_decay: Float[Array, "H Lk"] | None = None,
 ) -> Float[Array, "H Lq Dh"]:
-    """Exact softmax attention of queries against given keys (a decoding cache, keys in sequence
-    order) with an explicit visibility mask: the encoding's bias of the position values, the
-    forget gates' decay (`q_decay`, `k_decay`: the cumulative log gates c of the queries and
-    keys), its contextual term, the row scale, then the mask, as the reference path computes
-    them.
+    """Exact softmax (or the variant's stick-breaking) attention of queries against given keys
+    (a decoding cache, keys in sequence order) with an explicit visibility mask: the encoding's
+    bias of the position values, the forget gates' decay (`q_decay`, `k_decay`: the cumulative
+    log gates c of the queries and keys), its contextual term, the row scale, then the mask, as
+    the reference path computes them.
     k and v may have fewer heads (KV, Lk, Dh), as `attend`; under a remap q and k carry a
     leading set axis (S, H, Lq, Dh), (S, KV, Lk, Dh)."""
     k, v = expand_kv(k, q.shape[-3]), expand_kv(v, q.shape[-3])
@@ -230,7 +230,8 @@ def reference_attention(
     row_scale: Float[Array, "H L"] | None = None,
     log_decay: Float[Array, "H L"] | None = None,
 ) -> Float[Array, "H L Dh"]:
-    """Exact softmax (with `variant`'s prior logit) per query block over its causal key prefix
+    """Exact softmax (with `variant`'s prior logit; stick-breaking weights for a stick-breaking
+    variant, which hides each query's own key) per query block over its causal key prefix
     (`memory.causal_blocks`), with the encoding's bias, the forget gates' decay (`log_decay`,
     `attention_logits.with_decay`) and the contextual term (`contextual_bias` of each block's
     logits). Under a remap q and k are (S, H, L, Dh), one rotation per position
@@ -277,7 +278,7 @@ def reference_weights(
         if log_decay is not None:
             bias = with_decay(bias, log_decay[:, start:stop], log_decay[:, :stop])
         choice = remap_choice(encoding, q_pos, k_pos)
-        ok = visibility(index[start:stop], index[:stop], window)
+        ok = visibility(index[start:stop], index[:stop], window, variant.config.sees_own_key)
         rows = None if row_scale is None else row_scale[:, start:stop]
         qb, kb = q[..., start:stop, :], k[..., :stop, :]
         logits = block_logits(qb, kb, scale, bias, ok, rows, encoding, choice)

@@ -209,6 +209,8 @@ def decode_step(
                 q, kk = _rotate_heads(enc, q, kk, position[None], ordered_pos)
             # a windowed kind's ring buffer holds only its window: empty slots are all it hides
             visible = ordered_index >= 0
+            if not a.variant.config.sees_own_key:  # stick-breaking: keys before the query only
+                visible = visible & (ordered_index < n)
             rows = a.row_scale(position[None], kind, model.temperature, index=n[None])
             rows = None if rows is None else jnp.broadcast_to(rows, (a.heads, 1))
             out = attend_keys(q, kk, vv, position[None], ordered_pos, visible[None], enc,

@@ -13,6 +13,7 @@ computes its S logits and keeps the set `encoding.remap_choice` names per pair, 
 backward pass sends each pair's dS to its set's dq and dk (`attention_logits.per_set`).
 `rope_lab.model.attention.attend` picks this kernel (`blocked`, or `auto` past the reference
 path's lengths); it cannot add a contextual term (CoPE), which needs a query's whole row.
+A stick-breaking variant runs its own tiles (`rope_lab.model.stick_breaking_kernel`).
 """
 
 from __future__ import annotations
@@ -104,7 +105,12 @@ def blocked_attention(
     has_bias = encoding is not None and jax.eval_shape(encoding.bias, one, one) is not None
     sets = q.shape[0] if q.ndim == 4 else 0
     plan = _Plan(block, n_blocks, float(scale), window, has_bias, sets)
-    out = _flash((q, k, v, encoding, row_scale, variant, log_decay), positions, plan)
+    if variant.config.stick_breaking:  # deferred: that kernel builds on this module's tiles
+        from rope_lab.model.stick_breaking_kernel import stick_breaking_attention
+
+        out = stick_breaking_attention(q, k, v, encoding, row_scale, positions, plan)
+    else:
+        out = _flash((q, k, v, encoding, row_scale, variant, log_decay), positions, plan)
     return out[:, :length]
 
 

@@ -24,6 +24,12 @@ the hooks are its methods on those arrays. Hooks, and the paths that call them:
   cumulative sum over the sequence (`Attention.log_decay`); the reference path, the blocked
   kernel (its custom VJP returns dc = rowsum(dz) - colsum(dz)) and `attend_keys` add it; cuDNN
   cannot (`fused_ok` False).
+- `stick_breaking`: no softmax: weights sigmoid(z_ij) times the stick left by the nearer keys,
+  prod_{j<l<i} sigmoid(-z_il), computed in log space; the query does not see its own key
+  (`sees_own_key` False). The reference path and `attend_keys` call
+  `attention_logits.stick_weights` in place of the softmax, the blocked kernel dispatches to
+  `rope_lab.model.stick_breaking_kernel`, cached decoding hides the query's own slot; cuDNN
+  cannot (`fused_ok` False).
 
 Softmax (`softmax`, the default) has no parameters and no prior: every path computes exactly
 what it computed before variants existed.
@@ -50,6 +56,10 @@ class AttentionFnConfig:
     fused_ok: ClassVar[bool] = False
     # a data-dependent forget gate per head whose log sums decay each logit (FoX)
     forget_gate: ClassVar[bool] = False
+    # weights by stick-breaking (sigmoids of the logits, no softmax, no normaliser)
+    stick_breaking: ClassVar[bool] = False
+    # query i sees key i (False: only keys j < i, stick-breaking's strict causality)
+    sees_own_key: ClassVar[bool] = True
 
     def init_params(self, model: ModelConfig, *, key: PRNGKeyArray) -> Any:
         """The variant's learned arrays of one attention layer (a pytree; None: none)."""
