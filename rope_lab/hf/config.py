@@ -8,7 +8,8 @@ checkpoint's own `rope_parameters`, or the older `rope_scaling` + `rope_theta`, 
 `original_max_position_embeddings` where it has one, else `max_position_embeddings`.
 
 Supported `model_type`s (`FAMILIES`): llama (Llama 2 / 3.x, SmolLM2), mistral, qwen2 (q/k/v
-biases), qwen3 (QK-norm) and phi3 (fused projections, partial rotary). A field rope_lab cannot
+biases), qwen3 (QK-norm), phi3 (fused projections, partial rotary) and smollm3 (NoPE layers
+by `no_rope_layers`, `rope_lab.hf.layouts`). A field rope_lab cannot
 express (an output-projection bias, an MLP bias, an activation other than SiLU, a layer mix of
 sliding and full attention, a rope_type without a rope_lab method) is refused naming it; so is
 a missing or mistyped field (`rope_lab.hf.fields`) and rope parameters transformers refuses or
@@ -27,12 +28,15 @@ from typing import Any
 
 from rope_lab.config import LayerConfig, ModelConfig, PositionConfig
 from rope_lab.hf.fields import CheckpointError, Fields, parse_config
+from rope_lab.hf.layouts import is_smollm3, smollm3_fields, smollm3_layers
 from rope_lab.hf.rope_rules import check_rope_parameters, original_length
 from rope_lab.hf.shapes import Sizes, sizes_of
 from rope_lab.model.positions.rotary import RopeConfig
 from rope_lab.roles import NOTHING, Export, roles
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "smollm3")
+# rope_theta where config.json sets none (transformers' `default_theta` of the family)
+_DEFAULT_THETA = {"smollm3": 2000000.0}
 # rope_lab scaling method of each HF rope_type (the same name; rope_lab's own `ntk` and
 # `proportional` have no HF rope_type)
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
@@ -113,10 +117,14 @@ def from_hf_dict(cfg: dict[str, Any], where: str = "config.json") -> HFArchitect
         vocab=vocab, width=width, mlp=inter, heads=heads, kv=kv, head_dim=given_head_dim
     )
     position, train_length = _rope(f, model_type, max_pos, sizes.head)
+    depth = f.integer("num_hidden_layers")
     window = f.integer("sliding_window", None) if model_type in ("mistral", "phi3") else None
+    layers: tuple[LayerConfig, ...] = (LayerConfig(window=window),) if window else ()
+    if model_type == "smollm3":
+        layers = smollm3_layers(f, depth)
     model = ModelConfig(
         width=width,
-        depth=f.integer("num_hidden_layers"),
+        depth=depth,
         heads=heads,
         head_dim=head_dim,
         kv_heads=None if kv in (None, heads) else kv,
@@ -128,7 +136,7 @@ def from_hf_dict(cfg: dict[str, Any], where: str = "config.json") -> HFArchitect
         qk_norm=model_type == "qwen3",
         tie_embeddings=f.boolean("tie_word_embeddings", False),
         position=position,
-        layers=(LayerConfig(window=window),) if window else (),
+        layers=layers,
     )
     assert model.d_mlp == inter, (model.d_mlp, inter)
     return HFArchitecture(
@@ -160,6 +168,8 @@ def _refuse(f: Fields, model_type: str) -> None:
             f"{where}: use_sliding_window: true (sliding layers above max_window_layers) is not "
             "supported"
         )
+    if model_type == "smollm3":  # its layer_types are read with its layout (`layouts`)
+        return
     types = f.cfg.get("layer_types")
     if types is not None and not (
         isinstance(types, list) and all(isinstance(t, str) for t in types)
@@ -190,7 +200,7 @@ def _rope(
         raise rope.error("rope_type", f"{kind!r}: Phi-3 has default or longrope only")
     theta = rope.number("rope_theta", None, positive=True)
     if theta is None:
-        theta = f.number("rope_theta", 10000.0, positive=True)
+        theta = f.number("rope_theta", _DEFAULT_THETA.get(model_type, 10000.0), positive=True)
     fraction = rope.number("partial_rotary_factor", None)
     if fraction is None:
         fraction = f.number("partial_rotary_factor", 1.0)
@@ -271,7 +281,8 @@ def hf_rope_parameters(
 
 def hf_config(model: ModelConfig, vocab_size: int, train_length: int) -> dict[str, Any]:
     """A Hugging Face config.json (as a dict) for a rope_lab model: llama, qwen2 (q/k/v
-    biases) or qwen3 (QK-norm), mistral (one sliding-window layer kind); CheckpointError
+    biases) or qwen3 (QK-norm), mistral (one sliding-window layer kind), smollm3 (RoPE and
+    NoPE layers, `rope_lab.hf.layouts`); CheckpointError
     naming the first field Hugging Face's Llama family cannot express."""
     _exportable(model)
     rope = model.position.options
@@ -283,11 +294,15 @@ def hf_config(model: ModelConfig, vocab_size: int, train_length: int) -> dict[st
         params=dict(rope.params),
     )
     model_type = "qwen3" if model.qk_norm else "qwen2" if model.qkv_bias else "llama"
-    window = model.layers[0].window if model.layers else None
+    smollm3 = is_smollm3(model)
+    window = None if smollm3 or not model.layers else model.layers[0].window
     if window is not None:
         model_type = "mistral"
+    if smollm3:
+        model_type = "smollm3"
     arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
-            "qwen3": "Qwen3ForCausalLM", "mistral": "MistralForCausalLM"}[model_type]  # fmt: skip
+            "qwen3": "Qwen3ForCausalLM", "mistral": "MistralForCausalLM",
+            "smollm3": "SmolLM3ForCausalLM"}[model_type]  # fmt: skip
     out: dict[str, Any] = {
         "architectures": [arch],
         "model_type": model_type,
@@ -308,6 +323,8 @@ def hf_config(model: ModelConfig, vocab_size: int, train_length: int) -> dict[st
     }
     if model_type == "mistral":
         out["sliding_window"] = window
+    if smollm3:
+        out.update(smollm3_fields(model))
     return out
 
 
@@ -348,11 +365,17 @@ def _exportable(m: ModelConfig) -> None:
         )
     if m.qk_norm and m.qkv_bias:
         raise CheckpointError("model.qk_norm with model.qkv_bias: no Hugging Face family has both")
+    if is_smollm3(m):
+        if m.qk_norm or m.qkv_bias:
+            raise CheckpointError("model.layers: NoPE layers export as SmolLM3, which has no "
+                                  "q/k/v biases or QK-norm")  # fmt: skip
+        return
     if len(m.layers) > 1 or any(
         dataclasses.replace(layer, window=None) != LayerConfig() for layer in m.layers
     ):
         raise CheckpointError(
-            "model.layers: only one layer kind, optionally with a window (Mistral), exports"
+            "model.layers: one layer kind, optionally with a window (Mistral), or RoPE and NoPE "
+            "layers (SmolLM3) export"
         )
     if m.layers and (m.qk_norm or m.qkv_bias):
         raise CheckpointError("model.layers: a sliding window exports as Mistral, which has no "

@@ -64,6 +64,16 @@ def _families():
             "Phi3Config",
             {**common, "hidden_size": 64, "num_key_value_heads": 2, "partial": 0.5},
         ),
+        # RoPE and NoPE layers alternating: rope_lab's layout (rope, none) repeated twice
+        "smollm3": (
+            "SmolLM3Config",
+            {
+                **common,
+                "num_hidden_layers": 4,
+                "num_key_value_heads": 2,
+                "no_rope_layers": [1, 0, 1, 0],
+            },
+        ),
     }
 
 
@@ -118,7 +128,7 @@ def make_checkpoint(family: str, rope_type: str, root: Path) -> Checkpoint:
     folder = root / f"{family}-{rope_type}"
     model.save_pretrained(folder)
     assert json.loads((folder / "config.json").read_text())["model_type"] in (
-        "llama", "mistral", "qwen2", "qwen3", "phi3",
+        "llama", "mistral", "qwen2", "qwen3", "phi3", "smollm3",
     )  # fmt: skip
     return Checkpoint(folder, model, rope_type)
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from rope_lab.cli import main
-from rope_lab.config import LayerConfig, replace, validate
+from rope_lab.config import LayerConfig, PositionConfig, replace, validate
 from rope_lab.hf import CheckpointError
 from rope_lab.hf.weights import from_hf
 from rope_lab.model.transformer import at_length, trainable
@@ -26,6 +26,7 @@ from rope_lab.typed import to_dict
 from tests.helpers import tiny_trial
 from tests.hf.conftest import hf_logits, transformers_or_skip
 
+NOPE = PositionConfig(kind="none")
 LLAMA = {"model.norm": "rmsnorm", "model.mlp": "swiglu", "model.kv_heads": 2}
 
 
@@ -65,6 +66,7 @@ def _trial_dir(tmp_path, kind="rope", **changes):
         ({"model.qkv_bias": True}, "qwen2"),
         ({"model.qk_norm": True, "model.heads": 2, "model.head_dim": 24}, "qwen3"),
         ({"model.layers": (LayerConfig(window=5),)}, "mistral"),
+        ({"model.layers": (LayerConfig(), LayerConfig(position=NOPE))}, "smollm3"),
     ],
 )
 def test_export_loads_in_transformers_and_round_trips(tmp_path, changes, model_type):
@@ -72,7 +74,10 @@ def test_export_loads_in_transformers_and_round_trips(tmp_path, changes, model_t
     trial_dir, model = _trial_dir(tmp_path, **LLAMA, **changes)
     out = tmp_path / "hf"
     assert main([ "export", str(trial_dir), "--hf", str(out)]) == 0  # fmt: skip
-    assert json.loads((out / "config.json").read_text())["model_type"] == model_type
+    written = json.loads((out / "config.json").read_text())
+    assert written["model_type"] == model_type
+    if model_type == "smollm3":
+        assert written["no_rope_layers"] == [1, 0]
     hf = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
 
     class Ckpt:  # what hf_logits reads

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from rope_lab.config import LayerConfig, PositionConfig
 from rope_lab.hf import CheckpointError, read_config
 from rope_lab.hf.weights import from_hf
 from rope_lab.model.decode import generate
@@ -104,6 +105,8 @@ def test_config_maps_each_family_feature(checkpoints):
     assert arch["qwen3"].attention_width == 64 and arch["qwen3"].width == 32
     assert arch["phi3"].position.options.rotary_fraction == 0.5
     assert arch["llama"].norm_eps == 0.1 and arch["qwen2"].norm_eps == 1e-6
+    nope = LayerConfig(position=PositionConfig(kind="none"))
+    assert arch["smollm3"].layers == (LayerConfig(), nope) and arch["smollm3"].depth == 4
     yarn = read_config(checkpoints("llama", "yarn").folder)
     rope = yarn.model.position.options
     assert (rope.scaling, rope.factor, yarn.train_length) == ("yarn", 4.0, ORIGINAL)
