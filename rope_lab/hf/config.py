@@ -9,7 +9,10 @@ checkpoint's own `rope_parameters`, or the older `rope_scaling` + `rope_theta`, 
 
 Supported `model_type`s (`FAMILIES`): llama (Llama 2 / 3.x, SmolLM2), mistral, qwen2 (q/k/v
 biases), qwen3 (QK-norm), phi3 (fused projections, partial rotary) and smollm3 (NoPE layers
-by `no_rope_layers`, `rope_lab.hf.layouts`). A field rope_lab cannot
+by `no_rope_layers`, `rope_lab.hf.layouts`), olmo2 and olmo3 (norms on the sublayers'
+outputs, QK-norm over the whole projection; OLMo 3's sliding-window layers by `layer_types`,
+with their own `rope_parameters`); cohere2 and gemma3_text are refused naming every feature
+rope_lab lacks (`rope_lab.hf.refusals`). A field rope_lab cannot
 express (an output-projection bias, an MLP bias, an activation other than SiLU, a layer mix of
 sliding and full attention, a rope_type without a rope_lab method) is refused naming it; so is
 a missing or mistyped field (`rope_lab.hf.fields`) and rope parameters transformers refuses or
@@ -28,15 +31,18 @@ from typing import Any
 
 from rope_lab.config import LayerConfig, ModelConfig, PositionConfig
 from rope_lab.hf.fields import CheckpointError, Fields, parse_config
-from rope_lab.hf.layouts import is_smollm3, smollm3_fields, smollm3_layers
+from rope_lab.hf.layouts import is_smollm3, olmo3_layers, smollm3_fields, smollm3_layers
+from rope_lab.hf.refusals import REFUSED, refuse_family
 from rope_lab.hf.rope_rules import check_rope_parameters, original_length
 from rope_lab.hf.shapes import Sizes, sizes_of
 from rope_lab.model.positions.rotary import RopeConfig
 from rope_lab.roles import NOTHING, Export, roles
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "smollm3")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "smollm3", "olmo2", "olmo3")
+# OLMo 2 / 3: norms on the sublayers' outputs, QK-norm over the whole projection
+_OLMO = ("olmo2", "olmo3")
 # rope_theta where config.json sets none (transformers' `default_theta` of the family)
-_DEFAULT_THETA = {"smollm3": 2000000.0}
+_DEFAULT_THETA = {"smollm3": 2000000.0, "olmo3": 500000.0}
 # rope_lab scaling method of each HF rope_type (the same name; rope_lab's own `ntk` and
 # `proportional` have no HF rope_type)
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
@@ -97,6 +103,8 @@ def from_hf_dict(cfg: dict[str, Any], where: str = "config.json") -> HFArchitect
     """`read_config` of a config already parsed; `where` names it in errors."""
     f = Fields(cfg, where)
     model_type = cfg.get("model_type")
+    if model_type in REFUSED:
+        refuse_family(f, model_type)
     if model_type not in FAMILIES:
         raise CheckpointError(
             f"{where}: model_type {model_type!r} is not supported; supported: {', '.join(FAMILIES)}"
@@ -116,12 +124,23 @@ def from_hf_dict(cfg: dict[str, Any], where: str = "config.json") -> HFArchitect
     sizes = sizes_of(
         vocab=vocab, width=width, mlp=inter, heads=heads, kv=kv, head_dim=given_head_dim
     )
-    position, train_length = _rope(f, model_type, max_pos, sizes.head)
     depth = f.integer("num_hidden_layers")
+    rope_of = lambda fields: _rope(fields, model_type, max_pos, sizes.head)
+    blocks = cfg.get("rope_parameters")
+    sliding: PositionConfig | None = None
+    if (
+        model_type == "olmo3" and isinstance(blocks, dict) and "full_attention" in blocks
+    ):  # OLMo 3: rope_parameters per layer type, each read as the model's would be
+        sliding = rope_of(Fields({**cfg, "rope_parameters": blocks.get("sliding_attention")},
+                                 where))[0]  # fmt: skip
+        f = Fields({**cfg, "rope_parameters": blocks["full_attention"]}, where)
+    position, train_length = rope_of(f)
     window = f.integer("sliding_window", None) if model_type in ("mistral", "phi3") else None
     layers: tuple[LayerConfig, ...] = (LayerConfig(window=window),) if window else ()
     if model_type == "smollm3":
         layers = smollm3_layers(f, depth)
+    if model_type == "olmo3":
+        layers = olmo3_layers(f, depth, None if sliding == position else sliding)
     model = ModelConfig(
         width=width,
         depth=depth,
@@ -133,7 +152,9 @@ def from_hf_dict(cfg: dict[str, Any], where: str = "config.json") -> HFArchitect
         mlp="swiglu",
         norm_eps=f.number("rms_norm_eps", 1e-6, positive=True),
         qkv_bias=model_type == "qwen2",
-        qk_norm=model_type == "qwen3",
+        qk_norm=model_type in ("qwen3", *_OLMO),
+        qk_norm_scope="projection" if model_type in _OLMO else "head",
+        norm_placement="post" if model_type in _OLMO else "pre",
         tie_embeddings=f.boolean("tie_word_embeddings", False),
         position=position,
         layers=layers,
@@ -168,7 +189,7 @@ def _refuse(f: Fields, model_type: str) -> None:
             f"{where}: use_sliding_window: true (sliding layers above max_window_layers) is not "
             "supported"
         )
-    if model_type == "smollm3":  # its layer_types are read with its layout (`layouts`)
+    if model_type in ("smollm3", "olmo3"):  # their layer_types are read with the layout
         return
     types = f.cfg.get("layer_types")
     if types is not None and not (

@@ -4,8 +4,8 @@
 A config.json lists one entry per layer (SmolLM3's `no_rope_layers`: 1 a RoPE layer, 0 a NoPE
 layer; `layer_types`: `full_attention` or `sliding_attention`); rope_lab holds the shortest
 pattern of layer kinds that, repeated, gives the depth (`pattern_of`). `smollm3_layers` reads
-SmolLM3's lists, `per_layer` unrolls a layout, and `smollm3_fields` writes SmolLM3's lists back
-for `rope-lab export`.
+SmolLM3's lists and `olmo3_layers` OLMo 3's, `per_layer` unrolls a layout, and
+`smollm3_fields` writes SmolLM3's lists back for `rope-lab export`.
 """
 
 from __future__ import annotations
@@ -77,6 +77,24 @@ def smollm3_layers(f: Fields, depth: int) -> tuple[LayerConfig, ...]:
             for i in range(depth)
         ]
     )
+
+
+def olmo3_layers(
+    f: Fields, depth: int, sliding_position: PositionConfig | None
+) -> tuple[LayerConfig, ...]:
+    """OLMo 3's layout: `sliding_attention` layers (by default three of every four) attend the
+    last `sliding_window` keys under `sliding_position` (their own rope_parameters; None: the
+    model's), `full_attention` layers the whole prefix."""
+    if sliding_position is not None and sliding_position.options.scaling != "default":
+        raise f.error("rope_parameters", f"sliding_attention rope_type "
+                      f"{sliding_position.options.scaling!r}: rope_lab's layer kinds train "
+                      "unscaled")  # fmt: skip
+    window = f.integer("sliding_window", 4096)
+    types = layer_types(f, depth) or [
+        "sliding_attention" if (i + 1) % 4 else "full_attention" for i in range(depth)
+    ]
+    sliding = LayerConfig(position=sliding_position, window=window)
+    return pattern_of([sliding if t == "sliding_attention" else LayerConfig() for t in types])
 
 
 def is_smollm3(model: ModelConfig) -> bool:

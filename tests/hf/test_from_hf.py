@@ -16,6 +16,7 @@ from rope_lab.config import LayerConfig, PositionConfig
 from rope_lab.hf import CheckpointError, read_config
 from rope_lab.hf.weights import from_hf
 from rope_lab.model.decode import generate
+from rope_lab.model.positions.rotary import RopeConfig
 from rope_lab.model.transformer import at_length
 from tests.hf.conftest import FAMILIES, LENGTHS, ORIGINAL, ROPE_TYPES, VOCAB, hf_logits
 
@@ -107,6 +108,15 @@ def test_config_maps_each_family_feature(checkpoints):
     assert arch["llama"].norm_eps == 0.1 and arch["qwen2"].norm_eps == 1e-6
     nope = LayerConfig(position=PositionConfig(kind="none"))
     assert arch["smollm3"].layers == (LayerConfig(), nope) and arch["smollm3"].depth == 4
+    olmo2 = arch["olmo2"]
+    assert (olmo2.norm_placement, olmo2.qk_norm, olmo2.qk_norm_scope) == (
+        "post",
+        True,
+        "projection",
+    )
+    local = LayerConfig(position=PositionConfig(options=RopeConfig(theta=500.0)), window=5)
+    assert arch["olmo3"].layers == (local, local, local, LayerConfig())
+    assert arch["olmo3"].position.options.theta == 10000.0
     yarn = read_config(checkpoints("llama", "yarn").folder)
     rope = yarn.model.position.options
     assert (rope.scaling, rope.factor, yarn.train_length) == ("yarn", 4.0, ORIGINAL)
