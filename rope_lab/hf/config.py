@@ -31,7 +31,14 @@ from typing import Any
 
 from rope_lab.config import LayerConfig, ModelConfig, PositionConfig
 from rope_lab.hf.fields import CheckpointError, Fields, parse_config
-from rope_lab.hf.layouts import is_smollm3, olmo3_layers, smollm3_fields, smollm3_layers
+from rope_lab.hf.layouts import (
+    is_olmo,
+    is_smollm3,
+    olmo3_layers,
+    olmo_fields,
+    smollm3_fields,
+    smollm3_layers,
+)
 from rope_lab.hf.refusals import REFUSED, refuse_family
 from rope_lab.hf.rope_rules import check_rope_parameters, original_length
 from rope_lab.hf.shapes import Sizes, sizes_of
@@ -303,7 +310,7 @@ def hf_rope_parameters(
 def hf_config(model: ModelConfig, vocab_size: int, train_length: int) -> dict[str, Any]:
     """A Hugging Face config.json (as a dict) for a rope_lab model: llama, qwen2 (q/k/v
     biases) or qwen3 (QK-norm), mistral (one sliding-window layer kind), smollm3 (RoPE and
-    NoPE layers, `rope_lab.hf.layouts`); CheckpointError
+    NoPE layers), olmo2 / olmo3 (post-norm, `rope_lab.hf.layouts`); CheckpointError
     naming the first field Hugging Face's Llama family cannot express."""
     _exportable(model)
     rope = model.position.options
@@ -314,16 +321,22 @@ def hf_config(model: ModelConfig, vocab_size: int, train_length: int) -> dict[st
         train_length=train_length,
         params=dict(rope.params),
     )
-    model_type = "qwen3" if model.qk_norm else "qwen2" if model.qkv_bias else "llama"
+    if is_olmo(model):
+        olmo = olmo_fields(model, params)
+        model_type = olmo["model_type"]
+        params = olmo.pop("rope_parameters")
+    else:
+        model_type = "qwen3" if model.qk_norm else "qwen2" if model.qkv_bias else "llama"
     smollm3 = is_smollm3(model)
-    window = None if smollm3 or not model.layers else model.layers[0].window
+    window = None if smollm3 or is_olmo(model) or not model.layers else model.layers[0].window
     if window is not None:
         model_type = "mistral"
     if smollm3:
         model_type = "smollm3"
     arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
             "qwen3": "Qwen3ForCausalLM", "mistral": "MistralForCausalLM",
-            "smollm3": "SmolLM3ForCausalLM"}[model_type]  # fmt: skip
+            "smollm3": "SmolLM3ForCausalLM", "olmo2": "Olmo2ForCausalLM",
+            "olmo3": "Olmo3ForCausalLM"}[model_type]  # fmt: skip
     out: dict[str, Any] = {
         "architectures": [arch],
         "model_type": model_type,
@@ -346,6 +359,8 @@ def hf_config(model: ModelConfig, vocab_size: int, train_length: int) -> dict[st
         out["sliding_window"] = window
     if smollm3:
         out.update(smollm3_fields(model))
+    if is_olmo(model):
+        out.update(olmo)
     return out
 
 
@@ -386,6 +401,9 @@ def _exportable(m: ModelConfig) -> None:
         )
     if m.qk_norm and m.qkv_bias:
         raise CheckpointError("model.qk_norm with model.qkv_bias: no Hugging Face family has both")
+    if is_olmo(m):
+        olmo_fields(m, {})  # refuses, naming the field, what OLMo 2 / 3 cannot hold
+        return
     if is_smollm3(m):
         if m.qk_norm or m.qkv_bias:
             raise CheckpointError("model.layers: NoPE layers export as SmolLM3, which has no "

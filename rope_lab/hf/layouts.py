@@ -10,12 +10,15 @@ SmolLM3's lists and `olmo3_layers` OLMo 3's, `per_layer` unrolls a layout, and
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from rope_lab.config import LayerConfig, ModelConfig, PositionConfig
 from rope_lab.hf.fields import CheckpointError, Fields
 
 NOPE = PositionConfig(kind="none")
+# the families' defaults are ids in their own vocabularies; a rope_lab model has none
+NO_SPECIAL_TOKENS = {"pad_token_id": None, "bos_token_id": None, "eos_token_id": None}
 LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
@@ -116,8 +119,61 @@ def smollm3_fields(model: ModelConfig) -> dict[str, Any]:
         "no_rope_layers": flags,
         "use_sliding_window": False,
         "layer_types": ["full_attention"] * model.depth,
-        # SmolLM3's defaults are ids in its own 128k vocabulary; rope_lab's model has none
-        "pad_token_id": None,
-        "bos_token_id": None,
-        "eos_token_id": None,
+        **NO_SPECIAL_TOKENS,
+    }
+
+
+def is_olmo(model: ModelConfig) -> bool:
+    """Whether the model has OLMo's block (norms on the sublayers' outputs or QK-norm over
+    the whole projection), so that it exports as olmo2 / olmo3 (`olmo_fields`)."""
+    return model.norm_placement == "post" or model.qk_norm_scope == "projection"
+
+
+def _sliding_rope_theta(layer: LayerConfig, model: ModelConfig) -> float | None:
+    """The rope base of an OLMo 3 sliding layer kind (None where it has no HF form: an own
+    encoding other than an unscaled full RoPE that differs only in its base)."""
+    if layer.position is None:
+        return model.position.options.theta
+    options = layer.position.options
+    plain = dataclasses.replace(type(options)(), theta=getattr(options, "theta", None))
+    if layer.position != PositionConfig(kind="rope", options=plain):
+        return None
+    return float(options.theta)
+
+
+def olmo_fields(model: ModelConfig, rope_parameters: dict[str, Any]) -> dict[str, Any]:
+    """OLMo 2's (no layout) or OLMo 3's (full and sliding-window layers) config.json fields of
+    an OLMo-shaped model; CheckpointError naming the field OLMo cannot hold."""
+    if model.norm_placement != "post" or model.qk_norm_scope != "projection" or not model.qk_norm:
+        raise CheckpointError(
+            "model.norm_placement / model.qk_norm_scope: only post with QK-norm over the "
+            f"projection exports (OLMo 2 / 3); got {model.norm_placement!r}, qk_norm "
+            f"{model.qk_norm}, {model.qk_norm_scope!r}"
+        )
+    if model.qkv_bias:
+        raise CheckpointError("model.qkv_bias: OLMo 2 / 3 have no q/k/v biases")
+    if not model.layers:
+        return {"model_type": "olmo2", "rope_parameters": rope_parameters, **NO_SPECIAL_TOKENS}
+    windows = {layer.window for layer in model.layers if layer.window is not None}
+    sliding = [layer for layer in model.layers if layer.window is not None]
+    thetas = {_sliding_rope_theta(layer, model) for layer in sliding}
+    odd = [layer for layer in model.layers if layer.window is None and layer != LayerConfig()]
+    if len(windows) != 1 or len(thetas) != 1 or None in thetas or odd:
+        raise CheckpointError(
+            "model.layers: OLMo 3 exports full layers and sliding-window layers of one window "
+            "(their own RoPE differing in theta only)"
+        )
+    (window,), (theta,) = windows, thetas
+    return {
+        "model_type": "olmo3",
+        "sliding_window": window,
+        "layer_types": [
+            "full_attention" if layer.window is None else "sliding_attention"
+            for layer in per_layer(model)
+        ],
+        "rope_parameters": {
+            "full_attention": rope_parameters,
+            "sliding_attention": {"rope_type": "default", "rope_theta": theta},
+        },
+        **NO_SPECIAL_TOKENS,
     }
