@@ -142,6 +142,8 @@ def from_hf_dict(cfg: dict[str, Any], where: str = "config.json") -> HFArchitect
                                  where))[0]  # fmt: skip
         f = Fields({**cfg, "rope_parameters": blocks["full_attention"]}, where)
     position, train_length = rope_of(f)
+    if model_type == "olmo3" and sliding is None:  # a flat rope scales the full layers only
+        sliding = PositionConfig(kind="rope", options=RopeConfig(theta=position.options.theta))
     window = f.integer("sliding_window", None) if model_type in ("mistral", "phi3") else None
     layers: tuple[LayerConfig, ...] = (LayerConfig(window=window),) if window else ()
     if model_type == "smollm3":

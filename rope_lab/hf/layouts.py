@@ -87,7 +87,9 @@ def olmo3_layers(
 ) -> tuple[LayerConfig, ...]:
     """OLMo 3's layout: `sliding_attention` layers (by default three of every four) attend the
     last `sliding_window` keys under `sliding_position` (their own rope_parameters; None: the
-    model's), `full_attention` layers the whole prefix."""
+    model's), `full_attention` layers the whole prefix. A scaling, trained or at evaluation,
+    acts on the full layers only (`eval_scaling: false` on the sliding ones), as transformers
+    scales the `full_attention` rope only."""
     if sliding_position is not None and sliding_position.options.scaling != "default":
         raise f.error("rope_parameters", f"sliding_attention rope_type "
                       f"{sliding_position.options.scaling!r}: rope_lab's layer kinds train "
@@ -96,7 +98,7 @@ def olmo3_layers(
     types = layer_types(f, depth) or [
         "sliding_attention" if (i + 1) % 4 else "full_attention" for i in range(depth)
     ]
-    sliding = LayerConfig(position=sliding_position, window=window)
+    sliding = LayerConfig(position=sliding_position, window=window, eval_scaling=False)
     return pattern_of([sliding if t == "sliding_attention" else LayerConfig() for t in types])
 
 

@@ -60,6 +60,7 @@ def test_logits_equal_transformers(checkpoints, family, rope):
         ("llama", "default", "prefill_fixed"),
         ("mistral", "default", "prefill_fixed"),  # past its sliding window of 10
         ("qwen3", "default", "prefill_fixed"),
+        ("olmo3", "default", "prefill_fixed"),  # past its window of 5, local rope base
         pytest.param("llama", "dynamic", "per_step_stale", marks=pytest.mark.slow),
         pytest.param("phi3", "default", "prefill_fixed", marks=pytest.mark.slow),
         pytest.param("qwen2", "default", "prefill_fixed", marks=pytest.mark.slow),
@@ -114,7 +115,9 @@ def test_config_maps_each_family_feature(checkpoints):
         True,
         "projection",
     )
-    local = LayerConfig(position=PositionConfig(options=RopeConfig(theta=500.0)), window=5)
+    local = LayerConfig(
+        position=PositionConfig(options=RopeConfig(theta=500.0)), window=5, eval_scaling=False
+    )
     assert arch["olmo3"].layers == (local, local, local, LayerConfig())
     assert arch["olmo3"].position.options.theta == 10000.0
     yarn = read_config(checkpoints("llama", "yarn").folder)

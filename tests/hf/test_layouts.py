@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from rope_lab.config import LayerConfig, ModelConfig
+from rope_lab.config import LayerConfig, ModelConfig, PositionConfig
 from rope_lab.hf import CheckpointError
+from rope_lab.hf.config import from_hf_dict
 from rope_lab.hf.fields import Fields
 from rope_lab.hf.layouts import (
     NOPE,
     is_smollm3,
+    olmo3_layers,
     pattern_of,
     per_layer,
     smollm3_fields,
     smollm3_layers,
 )
+from rope_lab.model.positions.rotary import RopeConfig
 
 ROPE, NOPE_LAYER = LayerConfig(), LayerConfig(position=NOPE)
 
@@ -67,3 +70,35 @@ def test_smollm3_export_unrolls_the_layout():
     assert smollm3_fields(model)["no_rope_layers"] == [1, 1, 0, 1, 1, 0]
     assert not is_smollm3(ModelConfig(layers=(ROPE, LayerConfig(window=4))))
     assert not is_smollm3(ModelConfig(layers=(ROPE, LayerConfig(position=NOPE, window=4))))
+
+
+def _olmo3(sliding_rope, **cfg):
+    position = PositionConfig(options=RopeConfig(**sliding_rope)) if sliding_rope else None
+    return olmo3_layers(Fields(cfg, "c/config.json"), 8, position)
+
+
+def test_olmo3_layouts_as_transformers_fills_them_in():
+    """Without layer_types three of every four layers slide (window 4096 by default)."""
+    local = LayerConfig(window=4096, eval_scaling=False)
+    assert _olmo3(None) == (local, local, local, ROPE)
+    own = _olmo3({"theta": 500.0}, sliding_window=6, layer_types=["sliding_attention",
+                 "full_attention"] * 4)  # fmt: skip
+    assert own == (LayerConfig(window=6, position=own[0].position, eval_scaling=False), ROPE)
+    assert own[0].position.options.theta == 500.0
+    with pytest.raises(CheckpointError, match=r"c/config.json: rope_parameters sliding_attention "
+                       r"rope_type 'yarn': rope_lab's layer kinds train unscaled"):  # fmt: skip
+        _olmo3({"scaling": "yarn", "factor": 2.0})
+
+
+def test_a_flat_olmo3_rope_scales_the_full_layers_only():
+    """transformers reads a flat rope_parameters as the full_attention one; the sliding
+    layers keep an unscaled rope of the same base."""
+    rope = {"rope_type": "linear", "factor": 2.0, "rope_theta": 700.0}
+    cfg = {"model_type": "olmo3", "hidden_size": 32, "num_attention_heads": 4,
+           "intermediate_size": 64, "vocab_size": 96, "num_hidden_layers": 4,
+           "max_position_embeddings": 32, "sliding_window": 5, "rope_parameters": rope}  # fmt: skip
+    model = from_hf_dict(cfg).model
+    assert (model.position.options.scaling, model.position.options.theta) == ("linear", 700.0)
+    local = model.layers[0]
+    assert (local.window, local.eval_scaling) == (5, False) and model.layers[3] == ROPE
+    assert local.position == PositionConfig(options=RopeConfig(theta=700.0))
