@@ -130,9 +130,9 @@ class ModelConfig:
     rejected off their defaults (each field's role declares the family capability it `needs`,
     `rope_lab.roles`; `FamilyConfig.unused_fields`).
 
-    Pretrained-architecture fields (Llama, Mistral, Qwen, Phi-3): `heads` and `head_dim` both
-    set give attention heads of their own size (heads x head_dim need not equal the width, as
-    in Qwen3); `kv_heads`: grouped-query attention, query head h reads key/value head
+    Pretrained-architecture fields (Llama, Mistral, Qwen, Phi-3, OLMo): `heads` and `head_dim`
+    both set give attention heads of their own size (heads x head_dim need not equal the width,
+    as in Qwen3); `kv_heads`: grouped-query attention, query head h reads key/value head
     h // (heads / kv_heads) (None: one per query head; 1: multi-query); `qkv_bias`: biases on
     the query, key and value projections (Qwen2); `qk_norm`: RMSNorm over each head's
     queries and keys before the rotation (Qwen3); `tie_embeddings`: the readout is the token
