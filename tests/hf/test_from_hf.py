@@ -61,6 +61,7 @@ def test_logits_equal_transformers(checkpoints, family, rope):
         ("mistral", "default", "prefill_fixed"),  # past its sliding window of 10
         ("qwen3", "default", "prefill_fixed"),
         ("olmo3", "default", "prefill_fixed"),  # past its window of 5, local rope base
+        pytest.param("smollm3", "default", "prefill_fixed", marks=pytest.mark.slow),
         pytest.param("llama", "dynamic", "per_step_stale", marks=pytest.mark.slow),
         pytest.param("phi3", "default", "prefill_fixed", marks=pytest.mark.slow),
         pytest.param("qwen2", "default", "prefill_fixed", marks=pytest.mark.slow),
