@@ -96,6 +96,12 @@ OFF_NEUTRAL: dict[str, dict[str, object]] = {
     "model.kv_heads": {"model.kv_heads": 2},
     "model.qkv_bias": {"model.qkv_bias": True},
     "model.qk_norm": {"model.qk_norm": True, "model.norm": "rmsnorm"},
+    "model.norm_placement": {"model.norm_placement": "post"},
+    "model.qk_norm_scope": {
+        "model.qk_norm": True,
+        "model.norm": "rmsnorm",
+        "model.qk_norm_scope": "projection",
+    },
     "model.tie_embeddings": {"model.tie_embeddings": True},
     "model.norm_eps": {"model.norm_eps": 1e-6},
     "model.position.randomized": {

@@ -8,7 +8,11 @@ checkpoint's own `rope_parameters`, or the older `rope_scaling` + `rope_theta`, 
 `original_max_position_embeddings` where it has one, else `max_position_embeddings`.
 
 Supported `model_type`s (`FAMILIES`): llama (Llama 2 / 3.x, SmolLM2), mistral, qwen2 (q/k/v
-biases), qwen3 (QK-norm) and phi3 (fused projections, partial rotary). A field rope_lab cannot
+biases), qwen3 (QK-norm), phi3 (fused projections, partial rotary) and smollm3 (NoPE layers
+by `no_rope_layers`, `rope_lab.hf.layouts`), olmo2 and olmo3 (norms on the sublayers'
+outputs, QK-norm over the whole projection; OLMo 3's sliding-window layers by `layer_types`,
+with their own `rope_parameters`); cohere2 and gemma3_text are refused naming every feature
+rope_lab lacks (`rope_lab.hf.refusals`). A field rope_lab cannot
 express (an output-projection bias, an MLP bias, an activation other than SiLU, a layer mix of
 sliding and full attention, a rope_type without a rope_lab method) is refused naming it; so is
 a missing or mistyped field (`rope_lab.hf.fields`) and rope parameters transformers refuses or
@@ -27,12 +31,25 @@ from typing import Any
 
 from rope_lab.config import LayerConfig, ModelConfig, PositionConfig
 from rope_lab.hf.fields import CheckpointError, Fields, parse_config
+from rope_lab.hf.layouts import (
+    is_olmo,
+    is_smollm3,
+    olmo3_layers,
+    olmo_fields,
+    smollm3_fields,
+    smollm3_layers,
+)
+from rope_lab.hf.refusals import REFUSED, refuse_family
 from rope_lab.hf.rope_rules import check_rope_parameters, original_length
 from rope_lab.hf.shapes import Sizes, sizes_of
 from rope_lab.model.positions.rotary import RopeConfig
 from rope_lab.roles import NOTHING, Export, roles
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "smollm3", "olmo2", "olmo3")
+# OLMo 2 / 3: norms on the sublayers' outputs, QK-norm over the whole projection
+_OLMO = ("olmo2", "olmo3")
+# rope_theta where config.json sets none (transformers' `default_theta` of the family)
+_DEFAULT_THETA = {"smollm3": 2000000.0, "olmo3": 500000.0}
 # rope_lab scaling method of each HF rope_type (the same name; rope_lab's own `ntk` and
 # `proportional` have no HF rope_type)
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
@@ -93,6 +110,8 @@ def from_hf_dict(cfg: dict[str, Any], where: str = "config.json") -> HFArchitect
     """`read_config` of a config already parsed; `where` names it in errors."""
     f = Fields(cfg, where)
     model_type = cfg.get("model_type")
+    if model_type in REFUSED:
+        refuse_family(f, model_type)
     if model_type not in FAMILIES:
         raise CheckpointError(
             f"{where}: model_type {model_type!r} is not supported; supported: {', '.join(FAMILIES)}"
@@ -112,11 +131,28 @@ def from_hf_dict(cfg: dict[str, Any], where: str = "config.json") -> HFArchitect
     sizes = sizes_of(
         vocab=vocab, width=width, mlp=inter, heads=heads, kv=kv, head_dim=given_head_dim
     )
-    position, train_length = _rope(f, model_type, max_pos, sizes.head)
+    depth = f.integer("num_hidden_layers")
+    rope_of = lambda fields: _rope(fields, model_type, max_pos, sizes.head)
+    blocks = cfg.get("rope_parameters")
+    sliding: PositionConfig | None = None
+    if (
+        model_type == "olmo3" and isinstance(blocks, dict) and "full_attention" in blocks
+    ):  # OLMo 3: rope_parameters per layer type, each read as the model's would be
+        sliding = rope_of(Fields({**cfg, "rope_parameters": blocks.get("sliding_attention")},
+                                 where))[0]  # fmt: skip
+        f = Fields({**cfg, "rope_parameters": blocks["full_attention"]}, where)
+    position, train_length = rope_of(f)
+    if model_type == "olmo3" and sliding is None:  # a flat rope scales the full layers only
+        sliding = PositionConfig(kind="rope", options=RopeConfig(theta=position.options.theta))
     window = f.integer("sliding_window", None) if model_type in ("mistral", "phi3") else None
+    layers: tuple[LayerConfig, ...] = (LayerConfig(window=window),) if window else ()
+    if model_type == "smollm3":
+        layers = smollm3_layers(f, depth)
+    if model_type == "olmo3":
+        layers = olmo3_layers(f, depth, None if sliding == position else sliding)
     model = ModelConfig(
         width=width,
-        depth=f.integer("num_hidden_layers"),
+        depth=depth,
         heads=heads,
         head_dim=head_dim,
         kv_heads=None if kv in (None, heads) else kv,
@@ -125,10 +161,12 @@ def from_hf_dict(cfg: dict[str, Any], where: str = "config.json") -> HFArchitect
         mlp="swiglu",
         norm_eps=f.number("rms_norm_eps", 1e-6, positive=True),
         qkv_bias=model_type == "qwen2",
-        qk_norm=model_type == "qwen3",
+        qk_norm=model_type in ("qwen3", *_OLMO),
+        qk_norm_scope="projection" if model_type in _OLMO else "head",
+        norm_placement="post" if model_type in _OLMO else "pre",
         tie_embeddings=f.boolean("tie_word_embeddings", False),
         position=position,
-        layers=(LayerConfig(window=window),) if window else (),
+        layers=layers,
     )
     assert model.d_mlp == inter, (model.d_mlp, inter)
     return HFArchitecture(
@@ -160,6 +198,8 @@ def _refuse(f: Fields, model_type: str) -> None:
             f"{where}: use_sliding_window: true (sliding layers above max_window_layers) is not "
             "supported"
         )
+    if model_type in ("smollm3", "olmo3"):  # their layer_types are read with the layout
+        return
     types = f.cfg.get("layer_types")
     if types is not None and not (
         isinstance(types, list) and all(isinstance(t, str) for t in types)
@@ -190,7 +230,7 @@ def _rope(
         raise rope.error("rope_type", f"{kind!r}: Phi-3 has default or longrope only")
     theta = rope.number("rope_theta", None, positive=True)
     if theta is None:
-        theta = f.number("rope_theta", 10000.0, positive=True)
+        theta = f.number("rope_theta", _DEFAULT_THETA.get(model_type, 10000.0), positive=True)
     fraction = rope.number("partial_rotary_factor", None)
     if fraction is None:
         fraction = f.number("partial_rotary_factor", 1.0)
@@ -271,7 +311,8 @@ def hf_rope_parameters(
 
 def hf_config(model: ModelConfig, vocab_size: int, train_length: int) -> dict[str, Any]:
     """A Hugging Face config.json (as a dict) for a rope_lab model: llama, qwen2 (q/k/v
-    biases) or qwen3 (QK-norm), mistral (one sliding-window layer kind); CheckpointError
+    biases) or qwen3 (QK-norm), mistral (one sliding-window layer kind), smollm3 (RoPE and
+    NoPE layers), olmo2 / olmo3 (post-norm, `rope_lab.hf.layouts`); CheckpointError
     naming the first field Hugging Face's Llama family cannot express."""
     _exportable(model)
     rope = model.position.options
@@ -282,12 +323,22 @@ def hf_config(model: ModelConfig, vocab_size: int, train_length: int) -> dict[st
         train_length=train_length,
         params=dict(rope.params),
     )
-    model_type = "qwen3" if model.qk_norm else "qwen2" if model.qkv_bias else "llama"
-    window = model.layers[0].window if model.layers else None
+    if is_olmo(model):
+        olmo = olmo_fields(model, params)
+        model_type = olmo["model_type"]
+        params = olmo.pop("rope_parameters")
+    else:
+        model_type = "qwen3" if model.qk_norm else "qwen2" if model.qkv_bias else "llama"
+    smollm3 = is_smollm3(model)
+    window = None if smollm3 or is_olmo(model) or not model.layers else model.layers[0].window
     if window is not None:
         model_type = "mistral"
+    if smollm3:
+        model_type = "smollm3"
     arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
-            "qwen3": "Qwen3ForCausalLM", "mistral": "MistralForCausalLM"}[model_type]  # fmt: skip
+            "qwen3": "Qwen3ForCausalLM", "mistral": "MistralForCausalLM",
+            "smollm3": "SmolLM3ForCausalLM", "olmo2": "Olmo2ForCausalLM",
+            "olmo3": "Olmo3ForCausalLM"}[model_type]  # fmt: skip
     out: dict[str, Any] = {
         "architectures": [arch],
         "model_type": model_type,
@@ -308,6 +359,10 @@ def hf_config(model: ModelConfig, vocab_size: int, train_length: int) -> dict[st
     }
     if model_type == "mistral":
         out["sliding_window"] = window
+    if smollm3:
+        out.update(smollm3_fields(model))
+    if is_olmo(model):
+        out.update(olmo)
     return out
 
 
@@ -348,11 +403,20 @@ def _exportable(m: ModelConfig) -> None:
         )
     if m.qk_norm and m.qkv_bias:
         raise CheckpointError("model.qk_norm with model.qkv_bias: no Hugging Face family has both")
+    if is_olmo(m):
+        olmo_fields(m, {})  # refuses, naming the field, what OLMo 2 / 3 cannot hold
+        return
+    if is_smollm3(m):
+        if m.qk_norm or m.qkv_bias:
+            raise CheckpointError("model.layers: NoPE layers export as SmolLM3, which has no "
+                                  "q/k/v biases or QK-norm")  # fmt: skip
+        return
     if len(m.layers) > 1 or any(
         dataclasses.replace(layer, window=None) != LayerConfig() for layer in m.layers
     ):
         raise CheckpointError(
-            "model.layers: only one layer kind, optionally with a window (Mistral), exports"
+            "model.layers: one layer kind, optionally with a window (Mistral), or RoPE and NoPE "
+            "layers (SmolLM3) export"
         )
     if m.layers and (m.qk_norm or m.qkv_bias):
         raise CheckpointError("model.layers: a sliding window exports as Mistral, which has no "

@@ -75,8 +75,9 @@ def expected_tensors(arch: HFArchitecture) -> dict[str, tuple[tuple[tuple[int, s
     }
     if not m.tie_embeddings:
         out["lm_head.weight"] = ((s.vocab, s.width), "tie_word_embeddings is false")
+    post = m.norm_placement == "post"  # OLMo 2: the norms on the sublayers' outputs
     per_layer = {
-        "input_layernorm.weight": ((s.width,), ""),
+        "post_attention_layernorm.weight" if post else "input_layernorm.weight": ((s.width,), ""),
         "self_attn.q_proj.weight": ((s.queries, s.width), ""),
         "self_attn.k_proj.weight": ((s.keys, s.width), ""),
         "self_attn.v_proj.weight": ((s.keys, s.width), ""),
@@ -87,10 +88,15 @@ def expected_tensors(arch: HFArchitecture) -> dict[str, tuple[tuple[tuple[int, s
         for name, size in (("q", s.queries), ("k", s.keys), ("v", s.keys)):
             per_layer[f"self_attn.{name}_proj.bias"] = ((size,), why)
     if m.qk_norm:
-        for name in ("q_norm", "k_norm"):
-            per_layer[f"self_attn.{name}.weight"] = ((s.head,), f"model_type {kind!r} has QK-norm")
+        whole = m.qk_norm_scope == "projection"
+        for name, size in (("q_norm", s.queries), ("k_norm", s.keys)):
+            per_layer[f"self_attn.{name}.weight"] = (
+                (size if whole else s.head,),
+                f"model_type {kind!r} has QK-norm",
+            )
     per_layer.update({
-        "post_attention_layernorm.weight": ((s.width,), ""),
+        "post_feedforward_layernorm.weight" if post else "post_attention_layernorm.weight": (
+            (s.width,), ""),
         "mlp.gate_proj.weight": ((s.mlp, s.width), ""),
         "mlp.up_proj.weight": ((s.mlp, s.width), ""),
         "mlp.down_proj.weight": ((s.width, s.mlp), ""),

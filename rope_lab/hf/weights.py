@@ -38,7 +38,7 @@ from rope_lab.runtime.checked_files import corrupt, size_note
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # rope_lab block leaf -> HF per-layer tensor name (after Phi-3's fused tensors are split)
-_BLOCK_NAMES = {
+_BLOCK_NAMES: dict[tuple[str, ...], str] = {
     ("attn_norm", "weight"): "input_layernorm.weight",
     ("attn", "q", "weight"): "self_attn.q_proj.weight",
     ("attn", "k", "weight"): "self_attn.k_proj.weight",
@@ -54,6 +54,16 @@ _BLOCK_NAMES = {
     ("mlp", "up", "weight"): "mlp.up_proj.weight",
     ("mlp", "down", "weight"): "mlp.down_proj.weight",
 }
+# OLMo 2's norms sit on the sublayers' outputs (`model.norm_placement: post`)
+_POST_NORM_NAMES: dict[tuple[str, ...], str] = {
+    ("attn_norm", "weight"): "post_attention_layernorm.weight",
+    ("mlp_norm", "weight"): "post_feedforward_layernorm.weight",
+}
+
+
+def block_names(model: ModelConfig) -> dict[tuple[str, ...], str]:
+    """rope_lab block leaf -> HF per-layer tensor name, for the model's norm placement."""
+    return {**_BLOCK_NAMES, **_POST_NORM_NAMES} if model.norm_placement == "post" else _BLOCK_NAMES
 
 
 def from_hf(path: str | Path, dtype: str = "float32") -> Transformer:
@@ -101,7 +111,7 @@ def build(arch: HFArchitecture, tensors: dict[str, np.ndarray], dtype: str) -> T
     model = eqx.tree_at(lambda m: m.final_norm.weight, model, as_array("model.norm.weight"))
     if model.head is not None:
         model = eqx.tree_at(lambda m: m.head.weight, model, as_array("lm_head.weight"))
-    for path, name in _BLOCK_NAMES.items():
+    for path, name in block_names(cfg).items():
         if _get(model.blocks, path) is None:
             continue
         stacked = jnp.stack([as_array(f"model.layers.{i}.{name}") for i in range(cfg.depth)])
@@ -187,7 +197,7 @@ def hf_tensors(model: Transformer) -> dict[str, np.ndarray]:
     }
     if model.head is not None:
         out["lm_head.weight"] = arrays(model.head.weight)
-    for path, name in _BLOCK_NAMES.items():
+    for path, name in block_names(model.config).items():
         stacked = _get(model.blocks, path)
         if stacked is None:
             continue

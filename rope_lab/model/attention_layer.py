@@ -29,7 +29,7 @@ class Attention(eqx.Module):
     Grouped-query attention (`model.kv_heads`): keys and values have `kv_heads` heads, query
     head h reads key/value head h // (heads / kv_heads); `attend` expands them. Optional
     q/k/v biases (`model.qkv_bias`) and RMSNorm of each head's queries and keys before the
-    rotation (`model.qk_norm`)."""
+    rotation (`model.qk_norm`; with `model.qk_norm_scope: projection`, of all heads' at once)."""
 
     q: Linear
     k: Linear
@@ -45,6 +45,7 @@ class Attention(eqx.Module):
     kv_heads: int = eqx.field(static=True)
     scale: float = eqx.field(static=True)
     implementation: str = eqx.field(static=True)
+    qk_norm_whole: bool = eqx.field(static=True, default=False)
 
     def __init__(self, cfg: ModelConfig, *, train_length: int, key: PRNGKeyArray):
         kq, kk, kv, ko = jax.random.split(key, 4)
@@ -66,8 +67,12 @@ class Attention(eqx.Module):
             if fn.forget_gate
             else None
         )
-        qk_norm = lambda: Norm(cfg.d_head, "rmsnorm", cfg.norm_eps) if cfg.qk_norm else None
-        self.q_norm, self.k_norm = qk_norm(), qk_norm()
+        whole = cfg.qk_norm_scope == "projection"
+        q_width, k_width = (cfg.attention_width, cfg.n_kv_heads * cfg.d_head) if whole else (
+            cfg.d_head, cfg.d_head)  # fmt: skip
+        self.q_norm = Norm(q_width, "rmsnorm", cfg.norm_eps) if cfg.qk_norm else None
+        self.k_norm = Norm(k_width, "rmsnorm", cfg.norm_eps) if cfg.qk_norm else None
+        self.qk_norm_whole = whole
         self.heads = cfg.n_heads
         self.kv_heads = cfg.n_kv_heads
         d = cfg.d_head
@@ -110,9 +115,12 @@ class Attention(eqx.Module):
         self, q: Array, k: Array, positions: Array, encoding: PositionEncoding
     ) -> tuple[Float[Array, "H L Dh"], Float[Array, "KV L Dh"]]:
         """Heads-major rotated q and k; (S, H, L, Dh) and (S, KV, L, Dh) under a remap."""
+        normed = self.q_norm is not None and self.k_norm is not None
+        if normed and self.qk_norm_whole:  # over all heads at once, before the split
+            q, k = self.q_norm(q), self.k_norm(k)  # type: ignore[misc]
         q, k = self._split(q, self.heads), self._split(k, self.kv_heads)
-        if self.q_norm is not None and self.k_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
+        if normed and not self.qk_norm_whole:
+            q, k = self.q_norm(q), self.k_norm(k)  # type: ignore[misc]
         q, k = encoding.rotate(q, k, positions)
         # Heads-major (H, L, Dh) operands: both attention matmuls are plain batched matmuls.
         return jnp.swapaxes(q, -3, -2), jnp.swapaxes(k, -3, -2)

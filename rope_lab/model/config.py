@@ -25,6 +25,12 @@ if TYPE_CHECKING:
     from rope_lab.config import TrialConfig
 
 NORMS = ("layernorm", "rmsnorm")
+# where a block's norms sit: before each sublayer (x + f(norm(x))) or on its output (OLMo 2's
+# x + norm(f(x)))
+NORM_PLACEMENTS = ("pre", "post")
+# what QK-norm normalises: each head's queries and keys (Qwen3) or the whole projection, all
+# heads at once (OLMo 2)
+QK_NORM_SCOPES = ("head", "projection")
 MLPS = ("gelu", "swiglu")
 PARAMETRIZATIONS = ("sp", "ntk", "mup")
 DTYPES = ("float32", "bfloat16")
@@ -124,13 +130,16 @@ class ModelConfig:
     rejected off their defaults (each field's role declares the family capability it `needs`,
     `rope_lab.roles`; `FamilyConfig.unused_fields`).
 
-    Pretrained-architecture fields (Llama, Mistral, Qwen, Phi-3): `heads` and `head_dim` both
-    set give attention heads of their own size (heads x head_dim need not equal the width, as
-    in Qwen3); `kv_heads`: grouped-query attention, query head h reads key/value head
+    Pretrained-architecture fields (Llama, Mistral, Qwen, Phi-3, OLMo): `heads` and `head_dim`
+    both set give attention heads of their own size (heads x head_dim need not equal the width,
+    as in Qwen3); `kv_heads`: grouped-query attention, query head h reads key/value head
     h // (heads / kv_heads) (None: one per query head; 1: multi-query); `qkv_bias`: biases on
     the query, key and value projections (Qwen2); `qk_norm`: RMSNorm over each head's
     queries and keys before the rotation (Qwen3); `tie_embeddings`: the readout is the token
-    embedding transposed; `norm_eps`: every norm's epsilon.
+    embedding transposed; `norm_eps`: every norm's epsilon; `norm_placement`: `pre` (x +
+    f(norm(x))) or `post` (OLMo 2: x + norm(f(x)), the sublayer reading x unnormalised);
+    `qk_norm_scope`: `head` (each head's queries and keys) or `projection` (OLMo 2: all query
+    heads together, all key heads together, before the split into heads).
     """
 
     width: int = identity(128, export=WRITTEN, needs=None)
@@ -166,6 +175,20 @@ class ModelConfig:
     )
     qk_norm: bool = identity(
         False, neutral=False, label=Label(" +QK-norm"), export=WRITTEN, needs=ATTENTION
+    )
+    norm_placement: str = identity(
+        "pre",
+        neutral="pre",
+        label=Label(" +post-norm", when="post"),
+        export=WRITTEN,
+        needs=ATTENTION,
+    )
+    qk_norm_scope: str = identity(
+        "head",
+        neutral="head",
+        label=Label(" +QK-norm over projection", when="projection"),
+        export=WRITTEN,
+        needs=ATTENTION,
     )
     tie_embeddings: bool = identity(
         False, neutral=False, label=Label(" +tied"), export=WRITTEN, needs=TIED_READOUT
@@ -282,6 +305,8 @@ def check_model(cfg: TrialConfig) -> None:
     check_positive(m.mlp_ratio, "model.mlp_ratio")
     check_choice(m.norm, NORMS, "model.norm")
     check_choice(m.mlp, MLPS, "model.mlp")
+    check_choice(m.norm_placement, NORM_PLACEMENTS, "model.norm_placement")
+    check_choice(m.qk_norm_scope, QK_NORM_SCOPES, "model.qk_norm_scope")
     check_choice(m.parametrization, PARAMETRIZATIONS, "model.parametrization")
     check_choice(m.dtype, DTYPES, "model.dtype")
     check_choice(m.attention, ATTENTION_IMPLEMENTATIONS, "model.attention")
@@ -310,6 +335,8 @@ def _check_heads(m: ModelConfig) -> None:
             "model.tie_embeddings: a tied readout is defined for parametrization sp only; "
             f"got model.parametrization={m.parametrization!r}"
         )
+    if m.qk_norm_scope != "head" and not m.qk_norm:
+        raise ConfigError(f"model.qk_norm_scope: {m.qk_norm_scope!r} needs model.qk_norm: true")
     if m.qk_norm and m.norm != "rmsnorm":
         raise ConfigError(f"model.qk_norm: needs model.norm: rmsnorm, got {m.norm!r}")
     if m.heads is None and m.head_dim is None:

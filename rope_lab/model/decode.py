@@ -52,8 +52,7 @@ def _block(static: Block, r_params: Block, i: int) -> Block:
 def _rest_of_block(block: Block, h: Array, x: Array, heads: Float[Array, "H L Dh"]) -> Array:
     """The block after attention: the layer's output from the heads' outputs (`x` the
     attention's input, for an output gate), residual, MLP."""
-    h = h + block.attn.output(x, heads)
-    return h + block.mlp(block.mlp_norm(h))
+    return block.add_mlp(block.add_attention(h, block.attn.output(x, heads)))
 
 
 def prefill(
@@ -106,7 +105,7 @@ def _forward_keeping_kv(
             block = _block(static, r_params, i)
             enc = model.encoding_of(i)
             a = block.attn
-            attn_in = block.attn_norm(h)
+            attn_in = block.attention_input(h)
             q, k, v = a.project(attn_in, positions, _unrotated(enc, raw_keys))
             cached = _fold(k)
             if raw_keys:
@@ -199,7 +198,7 @@ def decode_step(
             enc = model.encoding_of(i)
             a = block.attn
             slot, shift, _, _, ordered_index, ordered_pos = books[i]
-            attn_in = block.attn_norm(h)
+            attn_in = block.attention_input(h)
             q, k, v = a.project(attn_in, position[None], _unrotated(enc, rotate_cache))
             ks = r_kv[i][0].at[:, slot].set(_fold(k)[:, 0].astype(r_kv[i][0].dtype))
             vs = r_kv[i][1].at[:, slot].set(v[:, 0].astype(r_kv[i][1].dtype))

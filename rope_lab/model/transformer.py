@@ -63,12 +63,14 @@ REMAT_POLICIES = {
 
 
 class Block(eqx.Module):
-    """Pre-norm residual block: x + attn(norm(x)), then x + mlp(norm(x))."""
+    """Residual block: pre-norm x + attn(norm(x)), then x + mlp(norm(x)); with
+    `model.norm_placement: post`, x + norm(attn(x)), then x + norm(mlp(x))."""
 
     attn_norm: Norm
     attn: Attention
     mlp_norm: Norm
     mlp: MLP
+    post_norm: bool = eqx.field(static=True, default=False)
 
     def __init__(self, cfg: ModelConfig, *, train_length: int, key: PRNGKeyArray):
         ka, km = jax.random.split(key)
@@ -76,6 +78,21 @@ class Block(eqx.Module):
         self.attn = Attention(cfg, train_length=train_length, key=ka)
         self.mlp_norm = Norm(cfg.width, cfg.norm, cfg.norm_eps)
         self.mlp = MLP(cfg, key=km)
+        self.post_norm = cfg.norm_placement == "post"
+
+    def attention_input(self, x: Array) -> Array:
+        """What attention reads of the residual stream x (*B, L, D)."""
+        return x if self.post_norm else self.attn_norm(x)
+
+    def add_attention(self, x: Array, out: Array) -> Array:
+        """The residual stream x (*B, L, D) plus attention's output `out` (*B, L, D)."""
+        return x + (self.attn_norm(out) if self.post_norm else out)
+
+    def add_mlp(self, x: Array) -> Array:
+        """The residual stream x (*B, L, D) plus the MLP's (normalised) contribution."""
+        if self.post_norm:
+            return x + self.mlp_norm(self.mlp(x))
+        return x + self.mlp(self.mlp_norm(x))
 
     def __call__(
         self,
@@ -86,8 +103,10 @@ class Block(eqx.Module):
         temperature: float = 1.0,
     ) -> Array:
         """(*B, L, D) -> (*B, L, D) with positions (*B, L), as a layer of kind `layer`."""
-        x = x + self.attn(self.attn_norm(x), positions, encoding, layer, temperature)
-        return x + self.mlp(self.mlp_norm(x))
+        x = self.add_attention(
+            x, self.attn(self.attention_input(x), positions, encoding, layer, temperature)
+        )
+        return self.add_mlp(x)
 
 
 class Transformer(eqx.Module):
@@ -225,7 +244,7 @@ class Transformer(eqx.Module):
         """Unmasked attention logits (H, L, L) of the first layer."""
         positions = _default_positions(tokens, positions)
         first = jax.tree.map(lambda x: x[0] if eqx.is_array(x) else x, self.blocks)
-        h = first.attn_norm(self.embed(tokens, positions))
+        h = first.attention_input(self.embed(tokens, positions))
         kind = self.config.pattern[0]
         return first.attn.logits(h, positions, self.encoding_of(0), kind, self.temperature)
 

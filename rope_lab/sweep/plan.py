@@ -141,7 +141,9 @@ def _transformer_params(trial: TrialConfig) -> tuple[int, int, int]:
     extras = m.depth * m.attention_options.n_params(m)  # what attention computes (sinks)
     if m.qkv_bias:
         extras += m.depth * (m.attention_width + 2 * m.n_kv_heads * m.d_head)
-    if m.qk_norm:
+    if m.qk_norm and m.qk_norm_scope == "projection":
+        extras += m.depth * (m.attention_width + m.n_kv_heads * m.d_head)
+    elif m.qk_norm:
         extras += m.depth * 2 * m.d_head
     readout = 0 if m.tie_embeddings else v * d  # a tied readout is the embedding
     blocks = matmul - v * d  # the blocks' matmul weights

@@ -64,6 +64,29 @@ def _families():
             "Phi3Config",
             {**common, "hidden_size": 64, "num_key_value_heads": 2, "partial": 0.5},
         ),
+        # RoPE and NoPE layers alternating: rope_lab's layout (rope, none) repeated twice
+        "smollm3": (
+            "SmolLM3Config",
+            {
+                **common,
+                "num_hidden_layers": 4,
+                "num_key_value_heads": 2,
+                "no_rope_layers": [1, 0, 1, 0],
+            },
+        ),
+        # norms after attention and MLP, QK-norm over the whole projection
+        "olmo2": ("Olmo2Config", {**common, "num_key_value_heads": 2}),
+        # three sliding-window layers (window 5) with a rope base of their own, then a full one
+        "olmo3": (
+            "Olmo3Config",
+            {
+                **common,
+                "num_hidden_layers": 4,
+                "num_key_value_heads": 2,
+                "sliding_window": 5,
+                "sliding": {"rope_type": "default", "rope_theta": 500.0},
+            },
+        ),
     }
 
 
@@ -93,6 +116,7 @@ def make_checkpoint(family: str, rope_type: str, root: Path) -> Checkpoint:
     name, fields = _families()[family]
     fields = dict(fields)
     partial = fields.pop("partial", None)
+    sliding = fields.pop("sliding", None)
     rope = {"rope_type": rope_type, "rope_theta": 10000.0, **ROPE_TYPES[rope_type]}
     if partial is not None:
         rope["partial_rotary_factor"] = partial
@@ -106,6 +130,8 @@ def make_checkpoint(family: str, rope_type: str, root: Path) -> Checkpoint:
         rope["long_factor"] = list(np.linspace(1.0, 8.0, head // 2))
     if family == "phi3":
         fields["original_max_position_embeddings"] = ORIGINAL
+    if sliding is not None:
+        rope = {"full_attention": rope, "sliding_attention": sliding}
     config = getattr(transformers, name)(**fields, rope_parameters=rope)
     torch.manual_seed(zlib.crc32(f"{family}-{rope_type}".encode()))
     model = transformers.AutoModelForCausalLM.from_config(config).eval()
@@ -118,7 +144,7 @@ def make_checkpoint(family: str, rope_type: str, root: Path) -> Checkpoint:
     folder = root / f"{family}-{rope_type}"
     model.save_pretrained(folder)
     assert json.loads((folder / "config.json").read_text())["model_type"] in (
-        "llama", "mistral", "qwen2", "qwen3", "phi3",
+        "llama", "mistral", "qwen2", "qwen3", "phi3", "smollm3", "olmo2", "olmo3",
     )  # fmt: skip
     return Checkpoint(folder, model, rope_type)
 

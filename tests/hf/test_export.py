@@ -14,9 +14,10 @@ import pytest
 import yaml
 
 from rope_lab.cli import main
-from rope_lab.config import LayerConfig, replace, validate
+from rope_lab.config import LayerConfig, PositionConfig, replace, validate
 from rope_lab.hf import CheckpointError
 from rope_lab.hf.weights import from_hf
+from rope_lab.model.positions.rotary import RopeConfig
 from rope_lab.model.transformer import at_length, trainable
 from rope_lab.trial.checkpoint import save_model
 from rope_lab.trial.pipeline import CONFIG_FILE, MODEL_FILE
@@ -26,6 +27,10 @@ from rope_lab.typed import to_dict
 from tests.helpers import tiny_trial
 from tests.hf.conftest import hf_logits, transformers_or_skip
 
+NOPE = PositionConfig(kind="none")
+OLMO = {"model.norm_placement": "post", "model.qk_norm": True, "model.qk_norm_scope": "projection"}
+# an OLMo 3 sliding-window layer kind with a rope base of its own
+LOCAL = LayerConfig(window=5, position=PositionConfig(options=RopeConfig(theta=500.0)))
 LLAMA = {"model.norm": "rmsnorm", "model.mlp": "swiglu", "model.kv_heads": 2}
 
 
@@ -65,6 +70,9 @@ def _trial_dir(tmp_path, kind="rope", **changes):
         ({"model.qkv_bias": True}, "qwen2"),
         ({"model.qk_norm": True, "model.heads": 2, "model.head_dim": 24}, "qwen3"),
         ({"model.layers": (LayerConfig(window=5),)}, "mistral"),
+        ({"model.layers": (LayerConfig(), LayerConfig(position=NOPE))}, "smollm3"),
+        (OLMO, "olmo2"),
+        ({**OLMO, "model.layers": (LOCAL, LayerConfig())}, "olmo3"),
     ],
 )
 def test_export_loads_in_transformers_and_round_trips(tmp_path, changes, model_type):
@@ -72,7 +80,13 @@ def test_export_loads_in_transformers_and_round_trips(tmp_path, changes, model_t
     trial_dir, model = _trial_dir(tmp_path, **LLAMA, **changes)
     out = tmp_path / "hf"
     assert main([ "export", str(trial_dir), "--hf", str(out)]) == 0  # fmt: skip
-    assert json.loads((out / "config.json").read_text())["model_type"] == model_type
+    written = json.loads((out / "config.json").read_text())
+    assert written["model_type"] == model_type
+    if model_type == "smollm3":
+        assert written["no_rope_layers"] == [1, 0]
+    if model_type == "olmo3":
+        assert written["layer_types"] == ["sliding_attention", "full_attention"]
+        assert written["rope_parameters"]["sliding_attention"]["rope_theta"] == 500.0
     hf = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
 
     class Ckpt:  # what hf_logits reads
@@ -142,6 +156,17 @@ def test_load_model_reads_a_trial_folder(tmp_path):
             "rope",
             {**LLAMA, "model.position.rope.scaling": "ntk", "model.position.rope.factor": 4.0},
             r"model.position.rope.scaling: 'ntk' has no Hugging Face rope_type \(static NTK-aware",
+        ),
+        (
+            "rope",
+            {**LLAMA, "model.norm_placement": "post"},
+            r"model.norm_placement / model.qk_norm_scope: only post with QK-norm over the "
+            r"projection exports \(OLMo 2 / 3\); got 'post', qk_norm False, 'head'",
+        ),
+        (
+            "rope",
+            {**LLAMA, **OLMO, "model.layers": (LOCAL, LayerConfig(window=7))},
+            r"model.layers: OLMo 3 exports full layers and sliding-window layers of one window",
         ),
         (
             "rope",

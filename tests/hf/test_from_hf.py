@@ -12,9 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from rope_lab.config import LayerConfig, PositionConfig
 from rope_lab.hf import CheckpointError, read_config
 from rope_lab.hf.weights import from_hf
 from rope_lab.model.decode import generate
+from rope_lab.model.positions.rotary import RopeConfig
 from rope_lab.model.transformer import at_length
 from tests.hf.conftest import FAMILIES, LENGTHS, ORIGINAL, ROPE_TYPES, VOCAB, hf_logits
 
@@ -58,6 +60,8 @@ def test_logits_equal_transformers(checkpoints, family, rope):
         ("llama", "default", "prefill_fixed"),
         ("mistral", "default", "prefill_fixed"),  # past its sliding window of 10
         ("qwen3", "default", "prefill_fixed"),
+        ("olmo3", "default", "prefill_fixed"),  # past its window of 5, local rope base
+        pytest.param("smollm3", "default", "prefill_fixed", marks=pytest.mark.slow),
         pytest.param("llama", "dynamic", "per_step_stale", marks=pytest.mark.slow),
         pytest.param("phi3", "default", "prefill_fixed", marks=pytest.mark.slow),
         pytest.param("qwen2", "default", "prefill_fixed", marks=pytest.mark.slow),
@@ -104,6 +108,19 @@ def test_config_maps_each_family_feature(checkpoints):
     assert arch["qwen3"].attention_width == 64 and arch["qwen3"].width == 32
     assert arch["phi3"].position.options.rotary_fraction == 0.5
     assert arch["llama"].norm_eps == 0.1 and arch["qwen2"].norm_eps == 1e-6
+    nope = LayerConfig(position=PositionConfig(kind="none"))
+    assert arch["smollm3"].layers == (LayerConfig(), nope) and arch["smollm3"].depth == 4
+    olmo2 = arch["olmo2"]
+    assert (olmo2.norm_placement, olmo2.qk_norm, olmo2.qk_norm_scope) == (
+        "post",
+        True,
+        "projection",
+    )
+    local = LayerConfig(
+        position=PositionConfig(options=RopeConfig(theta=500.0)), window=5, eval_scaling=False
+    )
+    assert arch["olmo3"].layers == (local, local, local, LayerConfig())
+    assert arch["olmo3"].position.options.theta == 10000.0
     yarn = read_config(checkpoints("llama", "yarn").folder)
     rope = yarn.model.position.options
     assert (rope.scaling, rope.factor, yarn.train_length) == ("yarn", 4.0, ORIGINAL)

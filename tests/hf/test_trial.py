@@ -37,8 +37,11 @@ def test_the_checkpoint_decides_architecture_vocabulary_and_length(checkpoints):
     assert cfg.model.init.hf == str(folder)
 
 
-def test_the_trials_model_is_the_checkpoint(checkpoints):
-    folder = checkpoints("llama").folder
+@pytest.mark.parametrize("family", ["llama", "smollm3", "olmo3"])
+def test_the_trials_model_is_the_checkpoint(checkpoints, family):
+    """Layouts (SmolLM3's NoPE layers, OLMo 3's sliding layers with their own rope base) and
+    OLMo's post-norm block pass the trial's checks and build the checkpoint's model."""
+    folder = checkpoints(family).folder
     cfg = _trial(folder)
     ours = jax.tree.leaves(eqx.filter(make_model(cfg), eqx.is_array))
     theirs = jax.tree.leaves(eqx.filter(from_hf(folder), eqx.is_array))
@@ -47,10 +50,11 @@ def test_the_trials_model_is_the_checkpoint(checkpoints):
         np.testing.assert_array_equal(a, b)
 
 
-def test_the_written_config_reads_back_to_the_same_trial(checkpoints, tmp_path):
+@pytest.mark.parametrize("family", ["mistral", "olmo3"])
+def test_the_written_config_reads_back_to_the_same_trial(checkpoints, tmp_path, family):
     """A finished trial's config.yaml (architecture filled in) is the same trial again, so a
     rerun finds it."""
-    cfg = _trial(checkpoints("mistral").folder)
+    cfg = _trial(checkpoints(family).folder)
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
     assert load_trial(path).trial_id == cfg.trial_id
