@@ -248,6 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sweep(sub)
     from rope_lab.analysis.claims.cli import add_command as add_claims
     from rope_lab.cli_analysis import add_commands
+    from rope_lab.cli_coord_check import add_command as add_coord_check
     from rope_lab.cli_corpus import add_command as add_corpus
     from rope_lab.cli_hf import add_command as add_export
     from rope_lab.cli_isoflop import add_command as add_isoflop
@@ -255,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_commands(sub)
     add_claims(sub)
+    add_coord_check(sub)
     add_corpus(sub)
     add_export(sub)
     add_isoflop(sub)

@@ -253,7 +253,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     default_dir = first.parent if first.is_file() else first
     if not first.exists():
         raise QueryError(f"not a run directory (no such path): {first}")
-    check_output(args.out, args.run_dirs, "--out")
+    folders = [d for d in args.run_dirs if not Path(d).is_file()]  # a file: coord-check's rows
+    check_output(args.out, folders, "--out")
     out = args.out if args.out is not None else default_dir / "plots" / f"{args.kind}.png"
     plots.plot(args.kind, list(args.run_dirs), out=out, **options)
     print(f"wrote {out}")

@@ -21,6 +21,18 @@ from rope_lab.model.positions.modules import PositionEncoding
 DEFAULT_LAYER = LayerConfig()  # full causal attention, the model-wide encoding
 
 
+def attention_scale(cfg: ModelConfig) -> float:
+    """The multiplier of q.k: 1/sqrt(d_head); under muP sqrt(d_base)/d_head, with d_base the
+    head dimension at `model.base_width`: 1/d in the head dimension, equal to SP's at the base
+    width (and at every width when widths grow heads at a fixed head_dim)."""
+    d = cfg.d_head
+    if cfg.parametrization != "mup":
+        return 1.0 / math.sqrt(d)
+    grows = cfg.heads is not None and cfg.head_dim is None  # fixed heads, d_head = width / heads
+    d_base = cfg.base_width / cfg.heads if grows else d  # type: ignore[operator]
+    return (d_base / d) / math.sqrt(d_base)  # = sqrt(d_base) / d, SP's float at d = d_base
+
+
 class Attention(eqx.Module):
     """Causal multi-head self-attention with rotation and bias hooks, and optional attention
     temperature (`row_scale`): Scalable-Softmax's learned s_h log(n), a layer kind's Llama 4
@@ -75,8 +87,7 @@ class Attention(eqx.Module):
         self.qk_norm_whole = whole
         self.heads = cfg.n_heads
         self.kv_heads = cfg.n_kv_heads
-        d = cfg.d_head
-        self.scale = 8.0 / d if cfg.parametrization == "mup" else 1.0 / math.sqrt(d)
+        self.scale = attention_scale(cfg)
         self.implementation = cfg.attention
 
     def row_scale(

@@ -88,7 +88,9 @@ def make_linear(
     if cfg.parametrization == "ntk":
         return Linear(fan_in, fan_out, init_std=1.0, multiplier=fan_in**-0.5, key=key, bias=bias)
     if cfg.parametrization == "mup" and readout:
-        return Linear(fan_in, fan_out, init_std=0.0, multiplier=1.0, key=key, bias=bias)
+        # init var base_width / fan_in^2: SP's at fan_in = base_width, muP's 1/fan_in^2 law
+        std = (cfg.base_width / fan_in) * cfg.base_width**-0.5  # SP's float at the base width
+        return Linear(fan_in, fan_out, init_std=std, multiplier=1.0, key=key, bias=bias)
     return Linear(fan_in, fan_out, init_std=fan_in**-0.5, multiplier=1.0, key=key, bias=bias)
 
 

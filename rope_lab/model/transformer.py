@@ -25,13 +25,17 @@ Under a policy the stack always runs as a scan, one repeat of the pattern per st
 blocks, XLA:CPU recomputes each block where its forward ran, which saves nothing).
 
 Parametrisations (`sp`, `ntk`, `mup`) differ in init scale, forward multipliers, the attention
-logit scale and per-group learning-rate multipliers (`rope_lab.trial.optimizer.lr_multipliers`):
+logit scale and per-group learning-rate multipliers (`rope_lab.trial.optimizer.lr_multipliers`);
+the per-layer table is in docs/design.md (Conventions). In short, with n the width and b
+`model.base_width`:
 
 | weight       | sp init var  | ntk: init var 1, forward x | mup (Tensor Programs V, Adam)       |
 | embeddings   | 1            | 1                          | 1, lr x 1                           |
-| hidden W     | 1/fan_in     | 1/sqrt(fan_in)             | 1/fan_in, lr x base_width/width     |
-| readout      | 1/fan_in     | 1/sqrt(fan_in)             | zero init, lr x base_width/width    |
-| attention    | 1/sqrt(d)    | 1/sqrt(d)                  | 8/d (= 1/sqrt(d) at d = 64)         |
+| hidden W     | 1/fan_in     | 1/sqrt(fan_in)             | 1/fan_in, lr x b/n                  |
+| readout      | 1/fan_in     | 1/sqrt(fan_in)             | b/fan_in^2, lr x b/n                |
+| attention    | 1/sqrt(d)    | 1/sqrt(d)                  | sqrt(d_b)/d (d_b: d at width b)     |
+
+At n = b muP is SP exactly (tests/model/test_parametrizations.py).
 """
 
 from __future__ import annotations

@@ -236,8 +236,6 @@ def test_parametrisations_and_variants_run(param, norm, mlp):
     model = make_model(cfg)
     logits = forward(model, jnp.arange(8))
     assert bool(jnp.all(jnp.isfinite(logits)))
-    if param == "mup":  # zero-initialised readout
-        assert float(jnp.abs(logits).max()) == 0.0
 
 
 def test_mup_lr_multipliers():

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import matplotlib
 import numpy as np
+import polars as pl
 import pytest
 from matplotlib.figure import Figure
 
@@ -29,11 +30,22 @@ def rendered(store: Path) -> dict[str, tuple[Figure, Path]]:
     kernel.parent.mkdir()
     k = np.add.outer(np.arange(16.0), np.arange(16.0))
     np.savez(kernel, K_train=k[:8, :8], K_cross=k[:8], profile=k[0], train_length=8)
+    coord = store.parent / "coord_check.parquet"  # rows as `rope-lab coord-check` writes them
+    pl.DataFrame(
+        {
+            "parametrization": ["sp"] * 4 + ["mup"] * 4,
+            "width": [32, 32, 128, 128] * 2,
+            "layer": ["embedding", "logits"] * 4,
+            "rms_init": [1.0, 0.9, 1.0, 1.0, 1.0, 0.9, 1.0, 0.45],
+            "rms_change": [0.02, 0.7, 0.02, 2.4, 0.02, 0.7, 0.02, 0.65],
+        }
+    ).write_parquet(coord)
+    sources = {"kernel": kernel, "coord-check": coord}
     out = {}
     for kind in plots.KINDS:
         path = store.parent / "figures" / f"{kind}.png"
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # readable defaults: e.g. no averaging warnings
-            fig = plots.plot(kind, [kernel if kind == "kernel" else store], out=path)
+            fig = plots.plot(kind, [sources.get(kind, store)], out=path)
         out[kind] = (fig, path)
     return out
