@@ -175,6 +175,7 @@ def test_no_number_argument_is_read_without_a_range_check():
         "claims --min-seeds": "positive_int",
         "claims --n-boot": "positive_int",
         "corpus prepare --eval-fraction": "fraction",
+        "coord-check --steps": "positive_int",
     }
 
 
