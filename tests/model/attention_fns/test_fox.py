@@ -131,11 +131,11 @@ def test_fox_is_its_own_trial_refused_where_it_cannot_run():
 WINDOWED = ({"window": 3}, {})  # a kind whose ring buffer of 3 slots wraps, then a full one
 
 
-def _decoding_model(fn: str, layers: tuple = (), kind: str = "none"):
-    """A 2-layer FoX model at L_train 8 with every array moved (the forget biases off 0):
-    without `layers` one kind repeated twice (the cache scans its repeats)."""
+def _decoding_model(fn: str, layers: tuple = (), kind: str = "none", depth: int = 2):
+    """A FoX model (2 layers) at L_train 8 with every array moved (the forget biases off 0):
+    without `layers` one kind repeated (the cache scans its repeats)."""
     parsed = from_dict(TrialConfig, {"model": {"layers": list(layers)}}).model.layers
-    base = tiny_trial(kind, width=16, head_dim=4, depth=2, length=8)
+    base = tiny_trial(kind, width=16, head_dim=4, depth=depth, length=8)
     changes = {"eval.length_multipliers": (1.0, 2.0), "model.attention_fn": fn}
     return jittered(make_model(validate(replace(base, **changes, **{"model.layers": parsed}))))
 
@@ -207,3 +207,21 @@ def test_greedy_generate_is_the_forward_of_its_own_tokens():
     want = model(jnp.concatenate([TOKENS[:6], tokens[:-1]]))[5:]
     np.testing.assert_allclose(logits, want, rtol=2e-5, atol=2e-5)
     np.testing.assert_array_equal(tokens, np.asarray(want).argmax(-1))
+
+
+@pytest.mark.slow  # a compile per protocol; the decode step it runs is pinned above by default
+def test_re_rotating_the_cache_is_exact_in_one_layer_under_dynamic_ntk():
+    """per_step_recompute re-rotates every cached key with each step's frequencies and reads
+    the cached log gates as they are: in one layer its logits equal per_step_full's (a forward
+    over each prefix under its own scaling) at every step, past L_train = 8 included."""
+    model = _decoding_model("fox", kind="rope", depth=1)
+    run = jax.jit(generate, static_argnums=(2, 3), static_argnames=("protocol", "scaling"))
+    out = {
+        p: np.asarray(
+            run(model, TOKENS[:6], 8, CAPACITY, protocol=p, scaling=("dynamic", 2.0, None))[1]
+        )
+        for p in ("per_step_recompute", "per_step_full")
+    }
+    np.testing.assert_allclose(
+        out["per_step_recompute"], out["per_step_full"], rtol=2e-5, atol=3e-5
+    )
