@@ -225,3 +225,31 @@ def test_re_rotating_the_cache_is_exact_in_one_layer_under_dynamic_ntk():
     np.testing.assert_allclose(
         out["per_step_recompute"], out["per_step_full"], rtol=2e-5, atol=3e-5
     )
+
+
+@pytest.mark.slow  # the by-hand answers run one eager forward per token
+def test_the_decode_evaluation_scores_the_greedy_answers_of_full_forwards():
+    """A fox_pro trial with a decode protocol: `decode_scores` (batched, right-padded to a
+    capacity of 20, one program) scores each sequence's 6-token answer as greedy decoding by
+    full forwards gives it; sequence 0's targets are its own answer, so it is exactly right."""
+    from rope_lab.tasks import task_from_config
+    from rope_lab.tasks.sampling import sample_batch
+    from rope_lab.trial.decode_eval import answer_length, decode_scores
+    from tests.trial.test_decode_eval import _greedy_by_hand
+
+    changes = {"model.attention_fn": "fox_pro", "eval.decode.protocols": ("prefill_fixed",),
+               "eval.length_multipliers": (1.0,)}  # fmt: skip
+    base = tiny_trial("none", width=16, head_dim=4, task_params=(("needle_length", 6),))
+    cfg = validate(replace(base, **changes))
+    model = jittered(make_model(cfg))
+    batch = sample_batch(task_from_config(cfg.task), 3, 16, split="eval", key=jax.random.PRNGKey(3))
+    tokens, targets, mask = (np.array(x) for x in (batch.tokens, batch.targets, batch.mask))
+    m = answer_length(mask)
+    answers = [_greedy_by_hand(model, tokens[i, : 16 - m + 1], m) for i in range(3)]
+    targets[0, 16 - m :] = answers[0]
+    exact, accuracy = decode_scores(model, tokens, targets, mask, protocol="prefill_fixed",
+                                    scaling=None, capacity=20, max_steps=m + 1)  # fmt: skip
+    for i, answer in enumerate(answers):
+        right = answer == targets[i, 16 - m :]
+        assert exact[i] == right.all() and accuracy[i] == pytest.approx(right.mean())
+    assert exact[0]
