@@ -131,13 +131,18 @@ def test_fox_is_its_own_trial_refused_where_it_cannot_run():
 WINDOWED = ({"window": 3}, {})  # a kind whose ring buffer of 3 slots wraps, then a full one
 
 
-def _decoding_model(fn: str, layers: tuple = (), kind: str = "none", depth: int = 2):
-    """A FoX model (2 layers) at L_train 8 with every array moved (the forget biases off 0):
-    without `layers` one kind repeated (the cache scans its repeats)."""
+def _decoding_trial(fn: str, layers: tuple = (), kind: str = "none", depth: int = 2):
+    """A trial of 2 layers at L_train 8: without `layers` one kind repeated (the cache scans
+    its repeats)."""
     parsed = from_dict(TrialConfig, {"model": {"layers": list(layers)}}).model.layers
     base = tiny_trial(kind, width=16, head_dim=4, depth=depth, length=8)
     changes = {"eval.length_multipliers": (1.0, 2.0), "model.attention_fn": fn}
-    return jittered(make_model(validate(replace(base, **changes, **{"model.layers": parsed}))))
+    return validate(replace(base, **changes, **{"model.layers": parsed}))
+
+
+def _decoding_model(fn: str, layers: tuple = (), kind: str = "none", depth: int = 2):
+    """`_decoding_trial`'s model with every array moved (the forget biases off 0)."""
+    return jittered(make_model(_decoding_trial(fn, layers, kind, depth)))
 
 
 # without a window test_registered.py decodes both variants already: those run with -m slow
@@ -166,6 +171,19 @@ def test_prefill_caches_the_cumulative_log_gates_of_the_kept_tokens():
     want = block.attn.log_decay(block.attn_norm(x))  # (H, 7): the first layer's c
     np.testing.assert_array_equal(cache.layers[0].index, [6, 4, 5])
     np.testing.assert_allclose(cache.layers[0].decay[0], want[:, [6, 4, 5]], rtol=1e-6)
+
+
+def test_the_planned_cache_size_counts_the_cached_log_gates():
+    """`memory.kv_cache_bytes` (sweep plan's KV cache column) equals the keys, values and
+    cumulative log gates `init_cache` holds (float32 keys and values: 4 bytes each)."""
+    from rope_lab.model.memory import kv_cache_bytes
+
+    trial = _decoding_trial("fox", WINDOWED)
+    cache = init_cache(make_model(trial), 24)
+    held = sum(layer.k.nbytes + layer.v.nbytes + layer.decay.nbytes for layer in cache.layers)
+    assert kv_cache_bytes(trial.model, 24) == held
+    # 4 heads x (3 + 24) slots x 4 bytes more than softmax's
+    assert held - kv_cache_bytes(_decoding_trial("softmax", WINDOWED).model, 24) == 4 * 27 * 4
 
 
 def _generate_batch(model, buffers, prompt_length, steps, max_steps: int, program: str):
