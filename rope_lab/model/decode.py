@@ -5,7 +5,9 @@ and keeps each layer's keys (rotated by the encoding, for RoPE) and values in a 
 (`rope_lab.model.kv_cache`: one per layer kind, a ring buffer of `window` slots for a
 sliding-window kind); `decode_step` then feeds one token at a time, attending over the cache.
 Bias encodings (ALiBi, T5, KERPLE, FIRE) compute their bias from the cached position values at
-each step; CoPE's contextual term reads the cached keys in sequence order. Shapes are fixed by
+each step; CoPE's contextual term reads the cached keys in sequence order. A forget gate (FoX)
+caches each key's cumulative log gate c_j, and a new query at index i, whose c_i is the newest
+cached c plus its own log gate, adds c_i - c_j to its logit for key j. Shapes are fixed by
 `capacity`, so a generation of any length up to it compiles once (`generate` scans
 `decode_step`). Under a length-dependent RoPE scaling `generate` follows one of the cache
 protocols (`kv_cache.PROTOCOLS`). `prefill_padded` is `prefill` with a traced prompt length,
@@ -22,6 +24,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 from rope_lab.model.attention import attend, attend_keys
+from rope_lab.model.attention_layer import Attention
 from rope_lab.model.kv_cache import PROTOCOLS, KVCache, LayerCache, init_cache, position_sets
 from rope_lab.model.positions.modules import PositionEncoding
 from rope_lab.model.transformer import Block, Transformer, with_scaling
@@ -73,16 +76,18 @@ def prefill(
     cache = init_cache(model, capacity, raw_keys=raw_keys)
     x, kv = _forward_keeping_kv(model, tokens, positions, raw_keys)
     layers = []
-    for (k, v), layer in zip(kv, cache.layers, strict=True):
+    for (k, v, decay), layer in zip(kv, cache.layers, strict=True):
         c = layer.index.shape[0]
         keep = jnp.arange(max(0, n - c), n)  # the last c tokens, one per slot
         slot = keep % c
+        cached = layer.decay
         layers.append(
             LayerCache(
                 k=layer.k.at[:, :, slot].set(k[:, :, keep].astype(layer.k.dtype)),
                 v=layer.v.at[:, :, slot].set(v[:, :, keep].astype(layer.v.dtype)),
                 index=layer.index.at[slot].set(keep.astype(jnp.int32)),
                 position=layer.position.at[slot].set(positions[keep]),
+                decay=None if cached is None else cached.at[:, :, slot].set(decay[:, :, keep]),
             )
         )
     logits = model.readout(x)
@@ -94,7 +99,7 @@ def _forward_keeping_kv(
 ) -> tuple[Float[Array, "L D"], tuple]:
     """The last block's output (L, D) over `tokens` and, per layer kind, the keys (before
     rotation with `raw_keys`; under a remap S KV heads, `_fold`) and values (R, KV, L, Dh) of
-    its R repeats."""
+    its R repeats, and their forget gate's cumulative log gates (R, H, L) (None without one)."""
     pattern = model.config.pattern
     params, static = _blocks(model)
     x = model.embed(tokens, positions)
@@ -111,11 +116,12 @@ def _forward_keeping_kv(
             if raw_keys:
                 q, k = _rotate_heads(enc, q, k, positions, positions)
             rows = a.row_scale(positions, kind, model.temperature)
+            decay = a.log_decay(attn_in)
             out = attend(q, k, v, positions, enc, variant=a.variant, scale=a.scale,
                          implementation=a.implementation, window=kind.window,
-                         row_scale=rows)  # fmt: skip
+                         row_scale=rows, log_decay=decay)  # fmt: skip
             h = _rest_of_block(block, h, attn_in, out)
-            kept.append((cached, v))
+            kept.append((cached, v, decay))
         return h, tuple(kept)
 
     return jax.lax.scan(repeat, x, params)
@@ -140,7 +146,7 @@ def prefill_padded(
     x, kv = _forward_keeping_kv(model, buffer, positions, raw_keys)
     layers = []
     empty = init_cache(model, c_total, raw_keys=raw_keys).layers
-    for (k, v), layer in zip(kv, empty, strict=True):
+    for (k, v, decay), layer in zip(kv, empty, strict=True):
         c = layer.index.shape[0]
         s = jnp.arange(c, dtype=jnp.int32)
         held = s + c * ((n - 1 - s) // c)  # the last token i < n with i % c == s; < 0: none
@@ -156,6 +162,7 @@ def prefill_padded(
                 v=kept(v, layer.v),
                 index=jnp.where(valid, held, -1),
                 position=jnp.where(valid, positions[i], 0),
+                decay=None if decay is None else jnp.where(valid, decay[:, :, i], 0.0),
             )
         )
     return model.readout(x), KVCache(tuple(layers), n)
@@ -191,7 +198,7 @@ def decode_step(
         books.append((n % c, shift, index, pos, jnp.roll(index, -shift), jnp.roll(pos, -shift)))
 
     def repeat(h, xs):
-        r_params, r_kv = xs
+        r_params, r_kv = xs  # per kind: keys, values, cumulative log gates (or None)
         new = []
         for i, kind in enumerate(pattern):
             block = _block(static, r_params, i)
@@ -204,6 +211,8 @@ def decode_step(
             vs = r_kv[i][1].at[:, slot].set(v[:, 0].astype(r_kv[i][1].dtype))
             kk, vv = jnp.roll(ks, -shift, axis=1), jnp.roll(vs, -shift, axis=1)
             kk = _unfold(kk, sets[i])
+            q_decay, cs = _step_decay(a, attn_in, r_kv[i][2], slot, n)
+            k_decay = None if cs is None else jnp.roll(cs, -shift, axis=1)
             if rotate_cache:
                 q, kk = _rotate_heads(enc, q, kk, position[None], ordered_pos)
             # a windowed kind's ring buffer holds only its window: empty slots are all it hides
@@ -213,19 +222,33 @@ def decode_step(
             rows = a.row_scale(position[None], kind, model.temperature, index=n[None])
             rows = None if rows is None else jnp.broadcast_to(rows, (a.heads, 1))
             out = attend_keys(q, kk, vv, position[None], ordered_pos, visible[None], enc,
-                              variant=a.variant, scale=a.scale, row_scale=rows)  # fmt: skip
+                              variant=a.variant, scale=a.scale, row_scale=rows,
+                              q_decay=q_decay, k_decay=k_decay)  # fmt: skip
             h = _rest_of_block(block, h, attn_in, out)
-            new.append((ks, vs))
+            new.append((ks, vs, cs))
         return h, tuple(new)
 
-    kv = tuple((layer.k, layer.v) for layer in cache.layers)
+    kv = tuple((layer.k, layer.v, layer.decay) for layer in cache.layers)
     x, kv = jax.lax.scan(repeat, x, (params, kv))
     layers = tuple(
-        LayerCache(k=k, v=v, index=book[2], position=book[3])
-        for (k, v), book in zip(kv, books, strict=True)
+        LayerCache(k=k, v=v, index=book[2], position=book[3], decay=decay)
+        for (k, v, decay), book in zip(kv, books, strict=True)
     )
     logits = model.readout(x)[0]
     return logits, KVCache(layers, n + 1)
+
+
+def _step_decay(
+    attn: Attention, x: Float[Array, "1 D"], cached: Float[Array, "H C"] | None, slot, n
+) -> tuple[Float[Array, "H 1"] | None, Float[Array, "H C"] | None]:
+    """The new token's cumulative log gate c_n (H, 1) and the slots' c with it written at
+    `slot`, or (None, None) without a forget gate. c_n is c_{n-1} (the slot of index n - 1:
+    the newest token is always cached; 0 in an empty cache) plus the token's own log gate."""
+    own = attn.log_decay(x)  # (H, 1): a cumulative sum over one token is its log gate
+    if own is None or cached is None:
+        return None, None
+    c = cached[:, (n - 1) % cached.shape[1]][:, None] + own
+    return c, cached.at[:, slot].set(c[:, 0])
 
 
 class _NoRotation(PositionEncoding):

@@ -3,7 +3,10 @@
 Each layer kind of the model's pattern has its own cache (`LayerCache`, all of them a
 `KVCache`): `capacity` slots, or only `window` slots for a sliding-window kind (a ring buffer:
 slot = sequence index mod window), holding the keys and values of the kind's R repeats and,
-per slot, the sequence index and position value of the token it holds. Under a
+per slot, the sequence index and position value of the token it holds. A forget gate (FoX)
+adds each cached key's cumulative log gate c_j per head (`decay`): a query at index i adds
+c_i - c_j to its logit for key j, and c_i is the newest slot's c plus the query's own log
+gate, so the running sum needs no field of its own. Under a
 relative-position remap a kind's keys are cached once per position set (`position_sets`).
 `init_cache` builds an empty one; `rope_lab.model.decode` fills and reads it.
 
@@ -32,7 +35,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from rope_lab.config import DECODE_PROTOCOLS, ConfigError
+from rope_lab.config import DECODE_PROTOCOLS
 from rope_lab.model.positions.modules.remapped import RemappedRotary
 from rope_lab.model.transformer import Transformer
 
@@ -43,12 +46,14 @@ class LayerCache(eqx.Module):
     """The cache of one layer kind over its R repeats: keys and values (R, KV, C, Dh) of the
     key/value heads (`model.kv_heads`: grouped-query attention caches heads / kv_heads times
     less) and, per slot, the sequence index (-1: empty) and position value of the token it
-    holds."""
+    holds; with a forget gate, the cumulative log gate c of each slot's token per query head
+    (R, H, C), float32 whatever the cache's dtype (0 in empty slots); None without one."""
 
     k: Float[Array, "R KV C Dh"]
     v: Float[Array, "R KV C Dh"]
     index: Int[Array, " C"]
     position: Int[Array, " C"]
+    decay: Float[Array, "R H C"] | None = None
 
 
 class KVCache(eqx.Module):
@@ -74,13 +79,10 @@ def init_cache(model: Transformer, capacity: int, dtype=None, *, raw_keys: bool 
     """An empty cache for up to `capacity` tokens. Under a relative-position remap a kind's
     keys are cached once per position set (`position_sets`: each set's key positions depend
     on the key alone), folded into the head axis (S KV heads); `raw_keys` (keys before
-    rotation, rotated at every step) caches them once."""
+    rotation, rotated at every step) caches them once. A forget gate's cumulative log gates
+    are cached per query head (`LayerCache.decay`)."""
     cfg = model.config
-    if cfg.attention_options.forget_gate:
-        raise ConfigError(
-            f"model.attention_fn {cfg.attention_fn!r}: cached decoding does not carry the forget "
-            "gates' running sums yet; evaluate it by teacher forcing"
-        )
+    forget = cfg.attention_options.forget_gate
     pattern = cfg.pattern
     repeats, heads, dh = cfg.depth // len(pattern), cfg.n_kv_heads, cfg.d_head
     dtype = model.embedding.dtype if dtype is None else dtype
@@ -90,6 +92,7 @@ def init_cache(model: Transformer, capacity: int, dtype=None, *, raw_keys: bool 
             v=jnp.zeros((repeats, heads, c, dh), dtype),
             index=jnp.full((c,), -1, jnp.int32),
             position=jnp.zeros((c,), jnp.int32),
+            decay=jnp.zeros((repeats, cfg.n_heads, c), jnp.float32) if forget else None,
         )
         for c, sets in zip(slots(model, capacity), position_sets(model), strict=True)
     )

@@ -186,10 +186,10 @@ def kv_cache_bytes(model: ModelConfig, capacity: int, dtype_bytes: int = 4, sets
     (`rope_lab.model.kv_cache.init_cache`, slot bookkeeping aside): per layer (S + 1) x kv_heads x
     head_dim x slots (keys once per position set, S = 1 without a remap, and values once), a
     sliding-window kind holding min(window, capacity) slots. Grouped-query attention divides it
-    by heads / kv_heads."""
+    by heads / kv_heads. A forget gate (FoX) adds its float32 cumulative log gate per query head
+    and slot."""
     repeats = model.depth // len(model.pattern)
-    vectors = sum(
-        (s + 1) * (capacity if k.window is None else min(capacity, k.window))
-        for k, s in zip(model.pattern, layer_sets(model, sets), strict=True)
-    )
-    return repeats * vectors * model.n_kv_heads * model.d_head * dtype_bytes
+    slots = [capacity if k.window is None else min(capacity, k.window) for k in model.pattern]
+    vectors = sum((s + 1) * n for n, s in zip(slots, layer_sets(model, sets), strict=True))
+    decay = sum(slots) * model.n_heads * 4 if model.attention_options.forget_gate else 0
+    return repeats * (vectors * model.n_kv_heads * model.d_head * dtype_bytes + decay)

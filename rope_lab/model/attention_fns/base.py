@@ -22,8 +22,9 @@ the hooks are its methods on those arrays. Hooks, and the paths that call them:
   projection `forget` (D -> heads, with a zero bias) and adds to the logit of each pair (i, j)
   the sum of log sigmoid(x_l w_h + b_h) over l = j+1..i, which is c_i - c_j with c the
   cumulative sum over the sequence (`Attention.log_decay`); the reference path, the blocked
-  kernel (its custom VJP returns dc = rowsum(dz) - colsum(dz)) and `attend_keys` add it; cuDNN
-  cannot (`fused_ok` False).
+  kernel (its custom VJP returns dc = rowsum(dz) - colsum(dz)) and `attend_keys` add it, cached
+  decoding from each cached key's c (`kv_cache.LayerCache.decay`); cuDNN cannot (`fused_ok`
+  False).
 - `stick_breaking`: no softmax: weights sigmoid(z_ij) times the stick left by the nearer keys,
   prod_{j<l<i} sigmoid(-z_il), computed in log space; the query does not see its own key
   (`sees_own_key` False). The reference path and `attend_keys` call

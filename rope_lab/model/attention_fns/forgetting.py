@@ -7,7 +7,8 @@ usually with no position encoding (the decay orders the keys). `fox` is that gat
 adds the paper's element-wise sigmoid output gate, and with `model.qk_norm: true` it is the
 paper's "Pro" block less its output normalisation and key/value shifts, which are not built.
 The gate's weights take the model's parametrisation and its bias starts at 0 (f = 1/2), as the
-authors' default.
+authors' default. Cached decoding carries each cached key's cumulative log gate
+(`kv_cache.LayerCache.decay`).
 """
 
 from __future__ import annotations
@@ -29,16 +30,6 @@ class Forgetting(AttentionFnConfig):
     def n_params(self, model) -> int:
         """The forget gate's bias per head (its weights are a matmul)."""
         return model.n_heads
-
-    def check(self, trial, path: str) -> None:
-        """Cached decoding does not carry the running log-gate sums yet: refused by name."""
-        from rope_lab.typed import ConfigError
-
-        if trial.eval.decode.protocols:
-            raise ConfigError(
-                f"eval.decode.protocols: model.attention_fn {self.name!r} decodes with no cache "
-                "of its forget gates' running sums yet; leave eval.decode.protocols empty"
-            )
 
 
 @ATTENTION_FNS.register("fox_pro")

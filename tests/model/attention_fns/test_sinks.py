@@ -1,8 +1,10 @@
 """Attention sinks (`model.attention_fn: sinks`) against an independent dense transcription of
-a_ij = exp(z_ij) / (exp(s_h) + sum_j' exp(z_ij')), on every path, with its limits."""
+a_ij = exp(z_ij) / (exp(s_h) + sum_j' exp(z_ij')), on every path, with its limits, and
+transformers' `GptOssAttention` on the same weights."""
 
 from __future__ import annotations
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -114,3 +116,91 @@ def test_a_sinks_trial_is_its_own_trial_labelled_and_refused_where_it_cannot_run
         validate(from_dict(type(base), cnn))
     with pytest.raises(ConfigError, match=r"model\.attention_fn: unknown value 'sink'"):
         from_dict(type(base), {"model": {"attention_fn": "sink"}})
+
+
+# GptOssAttention's shape here: grouped-query heads, q/k/v biases, a window on alternate layers
+HF_HEADS, HF_KV_HEADS, HF_DH, HF_WINDOW, HF_THETA = 4, 2, 8, 4, 10000.0
+
+
+def gpt_oss_pair(layer_type: str):
+    """A tiny random `GptOssAttention` of `layer_type` (in float64, its sinks, q/k/v biases
+    and weights drawn at random, its output bias zero: rope_lab's output projection has none)
+    and rope_lab's sinks layer holding the same arrays, with its encoding (RoPE at the same
+    theta, no YaRN) and layer kind (the same sliding window on a sliding layer)."""
+    import torch
+    from transformers import GptOssConfig
+    from transformers.models.gpt_oss import modeling_gpt_oss
+
+    from rope_lab.config import LayerConfig
+    from rope_lab.model.attention_layer import Attention
+    from rope_lab.model.factory import make_model
+
+    width = HF_HEADS * HF_DH
+    hf_cfg = GptOssConfig(
+        hidden_size=width, num_attention_heads=HF_HEADS, num_key_value_heads=HF_KV_HEADS,
+        head_dim=HF_DH, rope_parameters={"rope_type": "default", "rope_theta": HF_THETA},
+        sliding_window=HF_WINDOW, layer_types=["sliding_attention", "full_attention"],
+        num_hidden_layers=2, attention_bias=True, vocab_size=24,
+    )  # fmt: skip
+    hf_cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    hf = modeling_gpt_oss.GptOssAttention(hf_cfg, layer_idx=hf_cfg.layer_types.index(layer_type))
+    hf = hf.double().eval()
+    with torch.no_grad():
+        hf.sinks.normal_(0.0, 1.5)
+        for proj in (hf.q_proj, hf.k_proj, hf.v_proj):
+            proj.bias.normal_(0.0, 0.5)
+        hf.o_proj.bias.zero_()
+    cfg = validate(
+        replace(
+            tiny_trial("rope", width=width, head_dim=HF_DH),
+            **{"model.attention_fn": "sinks", "model.kv_heads": HF_KV_HEADS,
+               "model.qkv_bias": True, "model.position.rope.theta": HF_THETA},
+        )
+    )  # fmt: skip
+    layer = Attention(cfg.model, train_length=cfg.train.length, key=jax.random.PRNGKey(0))
+    as_jnp = lambda t: jnp.asarray(t.detach().numpy(), jnp.float32)
+    projections = lambda a: (a.q, a.k, a.v)
+    layer = eqx.tree_at(
+        lambda a: (*(p.weight for p in projections(a)), *(p.bias for p in projections(a)),
+                   a.o.weight, a.variant.params),
+        layer,
+        (*(as_jnp(p.weight) for p in (hf.q_proj, hf.k_proj, hf.v_proj)),
+         *(as_jnp(p.bias) for p in (hf.q_proj, hf.k_proj, hf.v_proj)),
+         as_jnp(hf.o_proj.weight), as_jnp(hf.sinks)),
+    )  # fmt: skip
+    kind = LayerConfig(window=HF_WINDOW if layer_type == "sliding_attention" else None)
+    return hf, hf_cfg, layer, make_model(cfg).encoding_of(0), kind
+
+
+@pytest.mark.parametrize("layer_type", ["full_attention", "sliding_attention"])
+def test_the_layer_equals_transformers_gpt_oss_attention(layer_type):
+    """The same weights, sinks, hidden states and positions (offset by 3, so RoPE's phase
+    matters): rope_lab's layer output equals GptOssAttention's (eager, its own causal or
+    sliding-window mask from `transformers.masking_utils`) to float32 rounding, and the
+    sinks matter (zero sinks move the output)."""
+    torch = pytest.importorskip("torch")
+    modeling = pytest.importorskip("transformers.models.gpt_oss.modeling_gpt_oss")
+    from transformers import masking_utils
+
+    hf, hf_cfg, layer, encoding, kind = gpt_oss_pair(layer_type)
+    x = np.random.default_rng(1).normal(size=(1, LENGTH, HF_HEADS * HF_DH))
+    positions = np.arange(LENGTH) + 3
+    hidden = torch.from_numpy(x)
+    position_ids = torch.from_numpy(positions)[None]
+    cos, sin = modeling.GptOssRotaryEmbedding(hf_cfg)(hidden, position_ids)
+    make_mask = {
+        "full_attention": masking_utils.create_causal_mask,
+        "sliding_attention": masking_utils.create_sliding_window_causal_mask,
+    }[layer_type]
+    mask = make_mask(config=hf_cfg, inputs_embeds=hidden, attention_mask=None, cache=None,
+                     position_ids=position_ids)  # fmt: skip
+    with torch.no_grad():
+        want, _ = hf(hidden, (cos.double(), sin.double()), mask)
+    want = want[0].numpy()
+    got = np.asarray(layer(jnp.asarray(x[0], jnp.float32), jnp.asarray(positions), encoding, kind))
+    worst = float(np.abs(got - want).max())  # ~1e-7: float32 against float64
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    no_sinks = eqx.tree_at(lambda a: a.variant.params, layer, jnp.zeros(HF_HEADS))
+    moved = no_sinks(jnp.asarray(x[0], jnp.float32), jnp.asarray(positions), encoding, kind)
+    assert float(np.abs(np.asarray(moved) - want).max()) > 100 * worst
