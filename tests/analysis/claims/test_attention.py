@@ -210,3 +210,16 @@ def test_drope_without_a_scaling_is_inconclusive() -> None:
     rows = [r for r in drope_rows(2.0) if r["method"] not in ("ntk", "yarn")]
     (v,) = verdicts(rows, "drope_beats_ntk_and_yarn").values()
     assert v.verdict == "inconclusive" and "zero-shot ntk or yarn" in v.reason
+
+
+def test_attention_rows_load_from_a_run_directory(tmp_path) -> None:
+    """`evidence` of a store reads its mode "attention" rows: the synthetic store's mass at
+    L_train in layer l is 0.6 / (1 + l + 0.1 seed), so seed 0 averages (0.6 + 0.3) / 2."""
+    from rope_lab.analysis.claims import evidence as load
+    from rope_lab.analysis.claims.attention import first_token_mass
+    from tests.analysis.plots.synthetic import make_store
+
+    masses = first_token_mass(load(make_store(tmp_path)), "passkey")
+    seed0 = masses.filter(pl.col("trial_id") == "passkey-alibi-w32-s0")
+    assert seed0.get_column("value").to_list() == pytest.approx([0.45])
+    assert len(masses) == masses.get_column("trial_id").n_unique() == 16
