@@ -355,6 +355,7 @@ def test_plan_table_lists_every_trial_and_a_total():
         ("pe_grid", 45),
         ("width_scaling", 90),
         ("extension", 6),
+        ("attention_zoo", 44),
     ],
 )
 def test_shipped_sweeps_load(name, n_trials):

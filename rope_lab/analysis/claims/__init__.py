@@ -1,7 +1,8 @@
 """Published claims about length extrapolation, judged on a lab's own runs.
 
 Each claim is a registered function of the loaded results (``registry.CLAIMS``; one module per
-family: :mod:`.encodings`, :mod:`.scaling`, :mod:`.kernels`, :mod:`.regime`, :mod:`.laws`)
+family: :mod:`.encodings`, :mod:`.scaling`, :mod:`.kernels`, :mod:`.regime`, :mod:`.laws`,
+:mod:`.attention`)
 returning one :class:`Verdict` per scope (task, ratio, variant): ``holds``, ``fails`` or
 ``inconclusive`` (the runs lack what it needs, or the interval straddles the threshold), with
 the effect size, its bootstrap interval over seeds, the numbers used, the threshold and the
@@ -43,6 +44,7 @@ __all__ = [
 
 # Every module registers its claims on import (order places them in the table).
 from rope_lab.analysis.claims import (  # noqa: F401
+    attention,
     encodings,
     kernels,
     laws,
@@ -55,7 +57,8 @@ from rope_lab.analysis.claims import (  # noqa: F401
 
 def evidence(source: Any, **options: Any) -> Evidence:
     """The :class:`Evidence` of run directories (or loaded Results): eval rows with their
-    position buckets and NTK rows, each with its trial config."""
+    position buckets, decode rows, attention-statistics rows and NTK rows, each with its trial
+    config."""
     from rope_lab.analysis import query
 
     res = query.results_of(source)
@@ -64,7 +67,8 @@ def evidence(source: Any, **options: Any) -> Evidence:
     # every kernel: NTK claims read the `ntk` rows (`kernels.ntk_metric`), NNGP ones both
     ntk_rows = query.ntk_table(res, kernel=None) if has_rows else None
     decode_rows = query.eval_table(res, mode="decode")
-    return Evidence.from_frames(eval_rows, ntk_rows, decode_rows, **options)
+    attention_rows = query.eval_table(res, mode="attention")
+    return Evidence.from_frames(eval_rows, ntk_rows, decode_rows, attention_rows, **options)
 
 
 def judge(source: Any, names: Sequence[str] | None = None, **options: Any) -> list[Verdict]:

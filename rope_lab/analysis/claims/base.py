@@ -104,6 +104,7 @@ class Evidence:
     buckets: pl.DataFrame
     ntk: pl.DataFrame
     decode: pl.DataFrame = dataclasses.field(default_factory=pl.DataFrame)  # mode "decode" rows
+    attention: pl.DataFrame = dataclasses.field(default_factory=pl.DataFrame)  # mode "attention"
     min_seeds: int = 2
     n_boot: int = 2000
     seed: int = 0
@@ -115,12 +116,13 @@ class Evidence:
         eval_rows: pl.DataFrame,
         ntk_rows: pl.DataFrame | None = None,
         decode_rows: pl.DataFrame | None = None,
+        attention_rows: pl.DataFrame | None = None,
         **options: Any,
     ) -> Evidence:
         """Evidence from the tables of :func:`rope_lab.analysis.query.eval_table` (teacher-forced,
         with
-        buckets; and its decode rows) and :func:`rope_lab.analysis.query.ntk_table`; only finished
-        trials (status ``done``) count."""
+        buckets; its decode and attention-statistics rows) and
+        :func:`rope_lab.analysis.query.ntk_table`; only finished trials (status ``done``) count."""
         if "depth" in eval_rows.columns:  # rows at a set needle depth (eval.depths) repeat lengths
             eval_rows = eval_rows.filter(pl.col("depth").is_null())
         split = several_corpora(eval_rows)
@@ -134,7 +136,11 @@ class Evidence:
         decode = pl.DataFrame()
         if decode_rows is not None and not decode_rows.is_empty():
             decode = _annotate(decode_rows, trained=trained_expr(decode_rows.columns), split=split)
-        return cls(whole, buckets, ntk, decode, **options)
+        attention = pl.DataFrame()
+        if attention_rows is not None and not attention_rows.is_empty():
+            trained = trained_expr(attention_rows.columns)
+            attention = _annotate(attention_rows, trained=trained, split=split)
+        return cls(whole, buckets, ntk, decode, attention, **options)
 
     def tasks(self) -> list[str]:
         """Task names present in the eval rows, sorted."""
