@@ -64,7 +64,10 @@ def compiled_layer(
 
     fn = jax.value_and_grad(loss, argnums=(0, 1)) if train else loss
     compiled = jax.jit(fn).lower(params, x).compile()
-    temp = compiled.memory_analysis().temp_size_in_bytes
+    analysis = compiled.memory_analysis()
+    if analysis is None:
+        raise SystemExit(f"{jax.default_backend()}: XLA gives no memory_analysis()")
+    temp = analysis.temp_size_in_bytes
 
     def run() -> float:
         start = time.perf_counter()
@@ -131,9 +134,9 @@ def main() -> None:
         f"One attention layer, `model.attention: blocked`, RoPE, {args.heads} heads x head_dim "
         f"{args.head_dim}, batch 1, float32, on {jax.default_backend()}. Train step: "
         "`value_and_grad` of the sum of the layer's output (weights and input); eval forward: "
-        f"the layer alone. Time: medians of {args.repeats} interleaved rounds after one warm-up "
-        f"round ({args.long_repeats} round(s), no warm-up, from L {LONG} and in the eval "
-        "forward); XLA temp: `memory_analysis().temp_size_in_bytes` of the compiled program. "
+        f"the layer alone. Time: medians of {args.repeats} interleaved rounds ({args.long_repeats} "
+        f"from L {LONG}; one call in the eval forward), after one warm-up round when more than "
+        "one; XLA temp: `memory_analysis().temp_size_in_bytes` of the compiled program. "
         f"Total {time.perf_counter() - start:.0f} s."
     )
     record(
