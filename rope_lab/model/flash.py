@@ -229,28 +229,12 @@ def _backward(
             )
             dp = jnp.einsum("hqd,hkd->hqk", doi, vt[j], preferred_element_type=jnp.float32)
             ds = p * (dp - delta[i][..., None])
-            if ri is not None:
-                dr = dr + jnp.sum(jnp.where(ok[None], ds * z, 0.0), -1)
-                ds = ds * ri[..., None]
-            if bias_vjp is not None:
-                (d_bias,) = bias_vjp(ds)
-                d_params = jax.tree.map(jnp.add, d_params, d_bias)
+            ds, d_params, dr = through_bias(ds, z, ok, ri, bias_vjp, d_params, dr)
             if ct is not None:  # masked pairs have ds = 0
                 dcq = dcq + ds.sum(-1)
                 dck = dck.at[j].add(-ds.sum(-2))
-            ds = ds * plan.scale
-            if choice is not None:  # each pair's dS to the set its logit came from
-                ds = per_set(ds, choice, plan.sets)
-            dq = dq + jnp.einsum(
-                "...hqk,...hkd->...hqd",
-                ds.astype(kt.dtype),
-                kt[j],
-                preferred_element_type=jnp.float32,
-            )
-            dk_j = jnp.einsum(
-                "...hqk,...hqd->...hkd", ds.astype(qi.dtype), qi, preferred_element_type=jnp.float32
-            )
-            return dq, dk.at[j].add(dk_j), dv.at[j].add(dv_j), d_params, dr, dcq, dck
+            dq_i, dk_j = to_queries_and_keys(ds, plan, choice, qi, kt[j])
+            return dq + dq_i, dk.at[j].add(dk_j), dv.at[j].add(dv_j), d_params, dr, dcq, dck
 
         dq0 = jnp.zeros(qi.shape, jnp.float32)
         dr0 = jnp.zeros(doi.shape[:-1], jnp.float32)
@@ -273,6 +257,35 @@ def _backward(
     d_variant = _variant_grads(variant, lse, d_out, out)
     d_decay = None if log_decay is None else _untile(dcq) + _untile(dck)
     return (*grads, d_params, None if row_scale is None else _untile(dr), d_variant, d_decay)
+
+
+def through_bias(ds: Array, z: Array, ok: Array, ri: Array | None, bias_vjp, d_params, dr):
+    """A block's logit cotangent ds (H, Bq, Bk) back through each query's row scale `ri`
+    (H, Bq; its gradient added to `dr`) and the encoding's bias (`bias_vjp`; added to
+    `d_params`): (the cotangent of scale q.k + bias, d_params, dr)."""
+    if ri is not None:
+        dr = dr + jnp.sum(jnp.where(ok[None], ds * z, 0.0), -1)
+        ds = ds * ri[..., None]
+    if bias_vjp is not None:
+        (d_bias,) = bias_vjp(ds)
+        d_params = jax.tree.map(jnp.add, d_params, d_bias)
+    return ds, d_params, dr
+
+
+def to_queries_and_keys(ds: Array, plan: _Plan, choice, qi: Array, kj: Array):
+    """The cotangent ds (H, Bq, Bk) of a block's scale q.k + bias as (dq (H, Bq, Dh) of its
+    queries, dk (H, Bk, Dh) of its keys); under a remap each pair's ds goes to the position set
+    its logit came from (`per_set`)."""
+    ds = ds * plan.scale
+    if choice is not None:
+        ds = per_set(ds, choice, plan.sets)
+    dq = jnp.einsum(
+        "...hqk,...hkd->...hqd", ds.astype(kj.dtype), kj, preferred_element_type=jnp.float32
+    )
+    dk = jnp.einsum(
+        "...hqk,...hqd->...hkd", ds.astype(qi.dtype), qi, preferred_element_type=jnp.float32
+    )
+    return dq, dk
 
 
 def _decayed(bias: Array | None, ct: Array | None, i: Array, j: Array) -> Array | None:

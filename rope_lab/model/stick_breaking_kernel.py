@@ -35,12 +35,19 @@ from rope_lab.model.attention_logits import (
     MASKED,
     block_logits,
     log_stick_weights,
-    per_set,
     raw_logits,
     remap_choice,
     visibility,
 )
-from rope_lab.model.flash import _bias, _Plan, _qk_axis, _tiles, _untile
+from rope_lab.model.flash import (
+    _bias,
+    _Plan,
+    _qk_axis,
+    _tiles,
+    _untile,
+    through_bias,
+    to_queries_and_keys,
+)
 from rope_lab.model.positions.modules import PositionEncoding
 
 
@@ -168,25 +175,9 @@ def _backward(q, k, v, encoding, row_scale, positions, plan: _Plan, d_out):
             dx = ds * jax.nn.sigmoid(-s) - jax.nn.sigmoid(s) * (farther_ds[..., None] + before)
             dx = jnp.where(ok[None], dx, 0.0)
             farther_ds = farther_ds + ds.sum(-1)
-            if ri is not None:
-                dr = dr + jnp.sum(jnp.where(ok[None], dx * z, 0.0), -1)
-                dx = dx * ri[..., None]
-            if bias_vjp is not None:
-                (d_bias,) = bias_vjp(dx)
-                d_params = jax.tree.map(jnp.add, d_params, d_bias)
-            dx = dx * plan.scale
-            if choice is not None:  # each pair's gradient to the set its logit came from
-                dx = per_set(dx, choice, plan.sets)
-            dq = dq + jnp.einsum(
-                "...hqk,...hkd->...hqd",
-                dx.astype(kt.dtype),
-                kt[j],
-                preferred_element_type=jnp.float32,
-            )
-            dk_j = jnp.einsum(
-                "...hqk,...hqd->...hkd", dx.astype(qi.dtype), qi, preferred_element_type=jnp.float32
-            )
-            return dq, dk.at[j].add(dk_j), dv.at[j].add(dv_j), d_params, dr, farther_ds
+            dx, d_params, dr = through_bias(dx, z, ok, ri, bias_vjp, d_params, dr)
+            dq_i, dk_j = to_queries_and_keys(dx, plan, choice, qi, kt[j])
+            return dq + dq_i, dk.at[j].add(dk_j), dv.at[j].add(dv_j), d_params, dr, farther_ds
 
         dq0 = jnp.zeros(qi.shape, jnp.float32)
         dq, dk, dv, d_params, dr, _ = jax.lax.fori_loop(
