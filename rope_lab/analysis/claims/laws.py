@@ -56,6 +56,16 @@ def _verdict(
     )  # fmt: skip
 
 
+def _labelled(ev: Evidence, meta: Claim, out: list[Verdict]):
+    """(task, label, eval rows) of each group; a task with none gets a `missing` verdict."""
+    for task in ev.tasks():
+        groups = _groups(ev, task)
+        if not groups:
+            out.append(missing(meta, task, f"needs eval rows with {', '.join(NEEDED)} and a loss"))
+        for label, rows in sorted(groups.items()):
+            yield task, label, rows
+
+
 @claim(
     "extrapolation_gap_shrinks_with_scale",
     statement="the extrapolation gap G(N, r) = loss at r x L_train minus loss at L_train, per "
@@ -70,34 +80,30 @@ def _verdict(
 )
 def extrapolation_gap_shrinks_with_scale(ev: Evidence, meta: Claim) -> list[Verdict]:
     """Per task, label and ratio r > 1: gamma of the gap law below 0 (its whole interval)."""
-    out = []
-    for task in ev.tasks():
-        groups = _groups(ev, task)
-        if not groups:
-            out.append(missing(meta, task, f"needs eval rows with {', '.join(NEEDED)} and a loss"))
-        for label, rows in sorted(groups.items()):
-            points = ratio_points(rows, n=N_COLUMN, d="tokens_seen", y="loss", by=(),
-                                  seed_col="train.seed")  # fmt: skip
-            ratios = sorted(r for r in set(points.get_column(RATIO).to_list()) if r > 1)
-            if not ratios or points.filter(pl.col(RATIO) == 1.0).is_empty():
-                out.append(missing(meta, f"{task}: {label}", "needs losses at 1x and past it"))
-            for r in ratios:
-                scope = f"{task}: {label} @ {r:g}x"
-                ns, gap, seeds = trial_gaps(points, r, n=N_COLUMN, y="loss")
-                try:
-                    fit = fit_gap_law(ns, gap, groups=seeds, n_boot=ev.n_boot, level=ev.level,
-                                      seed=ev.seed)  # fmt: skip
-                except ValueError as e:
-                    out.append(missing(meta, scope, str(e)))
-                    continue
-                interval: tuple[float | None, float | None] = fit.gamma_ci
-                reason = ""
-                if fit.n_groups < max(ev.min_seeds, 3):
-                    interval = (None, None)
-                    reason = f"{fit.n_groups} seed(s); the interval needs >= 3"
-                numbers = {"g": fit.g, "gamma": fit.gamma, "gaps": float(fit.n)}
-                out.append(_verdict(meta, scope, fit.gamma, interval, -FLAT, fit.n_groups, numbers,
-                                    reason))  # fmt: skip
+    out: list[Verdict] = []
+    for task, label, rows in _labelled(ev, meta, out):
+        points = ratio_points(rows, n=N_COLUMN, d="tokens_seen", y="loss", by=(),
+                              seed_col="train.seed")  # fmt: skip
+        ratios = sorted(r for r in set(points.get_column(RATIO).to_list()) if r > 1)
+        if not ratios or points.filter(pl.col(RATIO) == 1.0).is_empty():
+            out.append(missing(meta, f"{task}: {label}", "needs losses at 1x and past it"))
+        for r in ratios:
+            scope = f"{task}: {label} @ {r:g}x"
+            ns, gap, seeds = trial_gaps(points, r, n=N_COLUMN, y="loss")
+            try:
+                fit = fit_gap_law(ns, gap, groups=seeds, n_boot=ev.n_boot, level=ev.level,
+                                  seed=ev.seed)  # fmt: skip
+            except ValueError as e:
+                out.append(missing(meta, scope, str(e)))
+                continue
+            interval: tuple[float | None, float | None] = fit.gamma_ci
+            reason = ""
+            if fit.n_groups < max(ev.min_seeds, 3):
+                interval = (None, None)
+                reason = f"{fit.n_groups} seed(s); the interval needs >= 3"
+            numbers = {"g": fit.g, "gamma": fit.gamma, "gaps": float(fit.n)}
+            out.append(_verdict(meta, scope, fit.gamma, interval, -FLAT, fit.n_groups, numbers,
+                                reason))  # fmt: skip
     return out
 
 
@@ -114,21 +120,17 @@ def extrapolation_gap_shrinks_with_scale(ev: Evidence, meta: Claim) -> list[Verd
 )
 def loss_law_predicts_held_out_scale(ev: Evidence, meta: Claim) -> list[Verdict]:
     """Per task, label and ratio: the held-out relative error of that ratio's law."""
-    out = []
-    for task in ev.tasks():
-        groups = _groups(ev, task)
-        if not groups:
-            out.append(missing(meta, task, f"needs eval rows with {', '.join(NEEDED)} and a loss"))
-        for label, rows in sorted(groups.items()):
-            table = ratio_law_table(rows, n=N_COLUMN, y="loss", n_boot=0, seed=ev.seed)
-            for fit in table.to_dicts():
-                scope = f"{task}: {label} @ {fit[RATIO]:g}x"
-                error = fit["heldout_max_rel_error"]
-                if error is None:
-                    reason = fit["error"] or fit["heldout_error"] or "no held-out fit"
-                    out.append(missing(meta, scope, reason))
-                    continue
-                numbers = {"heldout_points": float(fit["heldout_points"]), "alpha": fit["alpha"]}
-                out.append(_verdict(meta, scope, error, (error, error), HELD_OUT_TOLERANCE,
-                                    fit["n_groups"], numbers, ""))  # fmt: skip
+    out: list[Verdict] = []
+    for task, label, rows in _labelled(ev, meta, out):
+        table = ratio_law_table(rows, n=N_COLUMN, y="loss", n_boot=0, seed=ev.seed)
+        for fit in table.to_dicts():
+            scope = f"{task}: {label} @ {fit[RATIO]:g}x"
+            error = fit["heldout_max_rel_error"]
+            if error is None:
+                reason = fit["error"] or fit["heldout_error"] or "no held-out fit"
+                out.append(missing(meta, scope, reason))
+                continue
+            numbers = {"heldout_points": float(fit["heldout_points"]), "alpha": fit["alpha"]}
+            out.append(_verdict(meta, scope, error, (error, error), HELD_OUT_TOLERANCE,
+                                fit["n_groups"], numbers, ""))  # fmt: skip
     return out
