@@ -40,9 +40,17 @@ def test_every_plot_kind_renders_from_a_real_sweep(smoke_run, kind, tmp_path):
     source = smoke_run
     if kind == "kernel":
         source = next(smoke_run.glob("trials/*rope*/ntk/position_kernels.npz"))
-    if kind == "decode":  # the smoke sweep decodes nothing: the error says how to
-        with pytest.raises(QueryError, match=r"eval\.decode\.protocols"):
-            plot(kind, source, out=tmp_path / "decode.png")
+    # The smoke sweep decodes nothing and keeps no attention statistics, and coord-check reads
+    # the Parquet file of `rope-lab coord-check` (its slow CLI test draws one): each error says
+    # what the kind needs.
+    needs = {
+        "decode": r"eval\.decode\.protocols",
+        "attention_mass": r"eval\.attention_stats: true",
+        "coord-check": r"not a file; give the Parquet file of rope-lab coord-check",
+    }
+    if kind in needs:
+        with pytest.raises(QueryError, match=needs[kind]):
+            plot(kind, source, out=tmp_path / f"{kind}.png")
         return
     out = tmp_path / f"{kind}.png"
     fig = plot(kind, source, out=out)
