@@ -200,11 +200,7 @@ def _backward(
     lset = _tiles(lse, plan)
     delta = _tiles(jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), -1), plan)
     pt = positions.reshape(plan.n_blocks, plan.block)
-    if encoding is not None:
-        params, static = eqx.partition(encoding, eqx.is_inexact_array)
-        d_params0 = jax.tree.map(jnp.zeros_like, params)
-    else:
-        params = static = d_params0 = None
+    params, static, d_params0 = encoding_arrays(encoding)
 
     def query_block(carry, i):
         dk, dv, d_params, dck = carry
@@ -214,12 +210,7 @@ def _backward(
         def key_block(j, inner):
             dq, dk, dv, d_params, dr, dcq, dck = inner
             ok = plan.mask(i, j)
-            if not plan.has_bias:
-                bias, bias_vjp = None, None
-            else:
-                bias, bias_vjp = jax.vjp(
-                    lambda p: eqx.combine(p, static).bias(pt[i], pt[j]), params
-                )
+            bias, bias_vjp = bias_and_vjp(plan, params, static, pt[i], pt[j])
             choice = remap_choice(encoding, pt[i], pt[j])
             z = raw_logits(qi, kt[j], plan.scale, _decayed(bias, ct, i, j), choice)
             s = jnp.where(ok[None], z if ri is None else z * ri[..., None], MASKED)
@@ -257,6 +248,23 @@ def _backward(
     d_variant = _variant_grads(variant, lse, d_out, out)
     d_decay = None if log_decay is None else _untile(dcq) + _untile(dck)
     return (*grads, d_params, None if row_scale is None else _untile(dr), d_variant, d_decay)
+
+
+def encoding_arrays(encoding: PositionEncoding | None):
+    """(learned arrays, the rest, zero gradients of the arrays) of the encoding, for a
+    backward pass that differentiates its bias block by block; Nones without an encoding."""
+    if encoding is None:
+        return None, None, None
+    params, static = eqx.partition(encoding, eqx.is_inexact_array)
+    return params, static, jax.tree.map(jnp.zeros_like, params)
+
+
+def bias_and_vjp(plan: _Plan, params, static, q_pos: Array, k_pos: Array):
+    """The encoding's bias (H, Bq, Bk) of one block and its VJP to the encoding's arrays;
+    (None, None) when the plan has no bias."""
+    if not plan.has_bias:
+        return None, None
+    return jax.vjp(lambda p: eqx.combine(p, static).bias(q_pos, k_pos), params)
 
 
 def through_bias(ds: Array, z: Array, ok: Array, ri: Array | None, bias_vjp, d_params, dr):

@@ -45,6 +45,8 @@ from rope_lab.model.flash import (
     _qk_axis,
     _tiles,
     _untile,
+    bias_and_vjp,
+    encoding_arrays,
     through_bias,
     to_queries_and_keys,
 )
@@ -131,11 +133,7 @@ def _backward(q, k, v, encoding, row_scale, positions, plan: _Plan, d_out):
     vt, dot = (_tiles(x, plan) for x in (v, d_out))
     rt = None if row_scale is None else _tiles(row_scale, plan)
     pt = positions.reshape(plan.n_blocks, plan.block)
-    if encoding is not None:
-        params, static = eqx.partition(encoding, eqx.is_inexact_array)
-        d_params0 = jax.tree.map(jnp.zeros_like, params)
-    else:
-        params = static = d_params0 = None
+    params, static, d_params0 = encoding_arrays(encoding)
 
     def query_block(carry, i):
         dk, dv, d_params = carry
@@ -155,12 +153,7 @@ def _backward(q, k, v, encoding, row_scale, positions, plan: _Plan, d_out):
         def key_block(j, inner):
             dq, dk, dv, d_params, dr, farther_ds = inner
             ok = _mask(plan, i, j)
-            if not plan.has_bias:
-                bias, bias_vjp = None, None
-            else:
-                bias, bias_vjp = jax.vjp(
-                    lambda p: eqx.combine(p, static).bias(pt[i], pt[j]), params
-                )
+            bias, bias_vjp = bias_and_vjp(plan, params, static, pt[i], pt[j])
             choice = remap_choice(encoding, pt[i], pt[j])
             z = raw_logits(qi, kt[j], plan.scale, bias, choice)
             s = jnp.where(ok[None], z if ri is None else z * ri[..., None], MASKED)
