@@ -1,11 +1,12 @@
 """The documents of ``corpus prepare``'s sources, and their hashes.
 
 A SOURCE is a UTF-8 text file, a folder (every regular file below it, in sorted path order,
-hidden files and folders skipped) or a built-in corpus (``builtin:python-docs``). The unit
-that train/eval splits never cut is the **document**: one file; one page of a built-in corpus
-(a topic of the Python reference manual); and, when the training side is one file alone, each
-of its blank-line-separated sections (text between runs of ``"\\n\\n"``), so a single file can
-still be split by ``--eval-fraction``.
+hidden files and folders skipped) or a built-in corpus (``builtin:python-docs``,
+``builtin:python-source``, ``builtin:unicode-data``). The unit that train/eval splits never
+cut is the **document**: one file; one page of a built-in corpus (a topic of the Python
+reference manual, a module's source, a block of Unicode code points); and, when the training
+side is one file alone, each of its blank-line-separated sections (text between runs of
+``"\\n\\n"``), so a single file can still be split by ``--eval-fraction``.
 
 Documents reach the tokenizer in pieces of at most ``PIECE_CHARS`` characters (:func:`pieces`),
 so a document of any length (one long line) costs the memory of a piece. A piece ends at a
@@ -55,16 +56,14 @@ class Source:
 
 
 def builtin_pages(name: str) -> list[str]:
-    """The pages of built-in corpus ``builtin:NAME`` (python-docs: the topics, sorted by key)."""
-    from rope_lab.tasks.corpora import CORPORA
+    """The pages of built-in corpus ``builtin:NAME`` (:mod:`rope_lab.tasks.corpora`: a topic of
+    the reference manual, a standard-library module, a block of 256 Unicode code points)."""
+    from rope_lab.tasks.corpora import builtin_pages as pages
 
-    key = name[len(BUILTIN_PREFIX) :]
-    if key not in CORPORA:
-        allowed = ", ".join(BUILTIN_PREFIX + n for n in CORPORA)
-        raise CorpusError(f"unknown built-in corpus {name!r}; allowed: {allowed}")
-    from pydoc_data.topics import topics
-
-    return [topics[k] for k in sorted(topics)]
+    try:
+        return pages(name)
+    except ValueError as err:
+        raise CorpusError(str(err).removeprefix("lm_text: ")) from None
 
 
 def expand(sources: Sequence[str]) -> list[str]:

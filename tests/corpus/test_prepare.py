@@ -202,6 +202,23 @@ def test_builtin_python_docs_bytes_corpus_is_lm_text_s_text(tmp_path) -> None:
     np.testing.assert_array_equal(both[:-2], builtin_text("builtin:python-docs"))
 
 
+@pytest.mark.parametrize("name", ["python-source", "unicode-data"])
+def test_builtin_corpora_split_between_pages(tmp_path: Path, name: str) -> None:
+    """The eval split of a built-in corpus is its last pages whole (a module's source, a block
+    of Unicode records), each followed by the separator; train is the pages before them."""
+    from rope_lab.tasks.corpora import builtin_pages
+
+    pages = builtin_pages(f"builtin:{name}")
+    done = prepare([f"builtin:{name}"], tmp_path / "c", "bytes", progress=False)
+    meta = json.loads((done.folder / "meta.json").read_text())
+    n_eval = meta["eval_documents"]
+    assert 1 <= n_eval < len(pages) and meta["train_documents"] == len(pages) - n_eval
+    eval_bytes = open_split(done.folder, "eval").astype(np.uint8).tobytes()
+    assert eval_bytes == "".join(p + "\n\n" for p in pages[-n_eval:]).encode()
+    train_bytes = open_split(done.folder, "train").astype(np.uint8).tobytes()
+    assert train_bytes.endswith((pages[-n_eval - 1] + "\n\n").encode())
+
+
 @pytest.mark.parametrize("tokenizer", ["bytes", "bpe:300"])
 def test_prepare_streams_its_documents(tmp_path: Path, monkeypatch, tokenizer) -> None:
     """300 documents of ~100 bytes (a piece each), encoded 256 bytes at a time: at most 4
