@@ -37,6 +37,7 @@ __all__ = [
     "bootstrap",
     "decide",
     "evidence",
+    "evidence_frames",
     "format_verdicts",
     "judge",
     "verdict_frame",
@@ -59,6 +60,14 @@ def evidence(source: Any, **options: Any) -> Evidence:
     """The :class:`Evidence` of run directories (or loaded Results): eval rows with their
     position buckets, decode rows, attention-statistics rows and NTK rows, each with its trial
     config."""
+    return Evidence.from_frames(*evidence_frames(source), **options)
+
+
+def evidence_frames(source: Any) -> tuple[pl.DataFrame, pl.DataFrame | None, pl.DataFrame,
+                                          pl.DataFrame]:  # fmt: skip
+    """The eval (with buckets), NTK (None without rows), decode and attention rows of run
+    directories (or loaded Results), each with its trial config, as
+    :meth:`Evidence.from_frames` takes them."""
     from rope_lab.analysis import query
 
     res = query.results_of(source)
@@ -68,7 +77,7 @@ def evidence(source: Any, **options: Any) -> Evidence:
     ntk_rows = query.ntk_table(res, kernel=None) if has_rows else None
     decode_rows = query.eval_table(res, mode="decode")
     attention_rows = query.eval_table(res, mode="attention")
-    return Evidence.from_frames(eval_rows, ntk_rows, decode_rows, attention_rows, **options)
+    return eval_rows, ntk_rows, decode_rows, attention_rows
 
 
 def judge(source: Any, names: Sequence[str] | None = None, **options: Any) -> list[Verdict]:

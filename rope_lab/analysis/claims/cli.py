@@ -31,7 +31,12 @@ def _cmd_claims(args: argparse.Namespace) -> int:
         if not _count_trials(args.run_dirs):
             where = ", ".join(str(p) for p in args.run_dirs)
             raise ValueError(f"no trials in {where} (nothing to judge: run a sweep into it first)")
-        verdicts = judge(args.run_dirs, args.claim, min_seeds=args.min_seeds, n_boot=args.n_boot)
+        options = {"min_seeds": args.min_seeds, "n_boot": args.n_boot}
+        if args.stability:
+            return _stability(args, options)
+        if args.setup:
+            raise ValueError("--setup needs --stability")
+        verdicts = judge(args.run_dirs, args.claim, **options)
     except (QueryError, UnknownName, ValueError, OSError) as e:
         print(f"rope-lab: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 1
@@ -40,6 +45,28 @@ def _cmd_claims(args: argparse.Namespace) -> int:
         args.output.write_text(text + "\n")
     else:
         print(text)
+    return 0
+
+
+def _stability(args: argparse.Namespace, options: dict[str, int]) -> int:
+    """The stability table of the runs: text to stdout or --output, or a .parquet / .csv file."""
+    from rope_lab.analysis.claims import evidence_frames
+    from rope_lab.analysis.claims.stability import format_stability, stability_frame
+
+    frame = stability_frame(
+        evidence_frames(args.run_dirs), args.claim, fields=args.setup, **options
+    )
+    out = args.output
+    if out is not None and out.suffix == ".parquet":
+        frame.write_parquet(out)
+    elif out is not None and out.suffix == ".csv":
+        frame.write_csv(out)
+    else:
+        text = format_stability(frame, args.format)
+        if out is None:
+            print(text)
+        else:
+            out.write_text(text + "\n")
     return 0
 
 
@@ -64,5 +91,28 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--n-boot", type=positive_int, default=2000, help="bootstrap resamples (default 2000)"
     )
-    p.add_argument("--output", type=Path, default=None, help="write to this file, not stdout")
+    p.add_argument(
+        "--stability",
+        action="store_true",
+        help="one row per claim and scope, one column per (corpus, setup) cell holding its "
+        "verdict and effect, and `stable`: true only when every cell the row belongs in has "
+        "the same verdict, holds or fails (an inconclusive or missing cell makes it false). "
+        "The corpus is a text task's task.params.path; the setup is the model.* and train.* "
+        "fields that vary between trials, are crossed with every encoding of their task, and "
+        "are not the seed nor an encoding's or variant's field (or the --setup fields)",
+    )
+    p.add_argument(
+        "--setup",
+        action="append",
+        metavar="FIELD",
+        help="with --stability: a config column that makes a setup (repeatable; replaces the "
+        "derived fields)",
+    )
+    p.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help="write to this file, not stdout (with --stability, a .parquet or .csv path writes "
+        "that format)",
+    )
     p.set_defaults(func=_cmd_claims)
