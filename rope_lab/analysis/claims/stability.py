@@ -138,7 +138,8 @@ def stability_frame(
     first = with_cells(eval_rows, chosen)
     if first.is_empty():
         return pl.DataFrame()
-    cells = first.select(CORPUS_COLUMN, SETUP_COLUMN).unique().sort(pl.all()).rows()
+    keys = first.select(CORPUS_COLUMN, SETUP_COLUMN, *chosen).unique([CORPUS_COLUMN, SETUP_COLUMN])
+    cells = keys.sort([CORPUS_COLUMN, *chosen]).select(CORPUS_COLUMN, SETUP_COLUMN).rows()
     found: dict[tuple[str, str], dict[tuple[str, str], Verdict]] = {}
     for corpus, setup in cells:
         own = pl.col(CORPUS_COLUMN).eq(corpus) & pl.col(SETUP_COLUMN).eq(setup)

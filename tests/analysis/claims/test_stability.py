@@ -166,3 +166,10 @@ def test_format_stability_md_and_json() -> None:
     )
     assert format_stability(frame, "md").splitlines()[2] == "| c | s | holds +1 |  | true |"
     assert '"stable": true' in format_stability(frame, "json")
+
+
+def test_cells_are_ordered_by_corpus_then_setup_values() -> None:
+    """steps 400 before 1000 (by value, not as text)."""
+    rows = [{**r, "train.steps": 1000} if r["train.steps"] == 200 else r for r in grid_rows()]
+    row = table(rows)["alibi_flat", "lm_text to 4x"]
+    assert list(row)[2:4] == ["python-docs steps=400", "python-docs steps=1000"]
