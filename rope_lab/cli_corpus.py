@@ -49,8 +49,9 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     csub = corpus.add_subparsers(dest="corpus_command", required=True, metavar="COMMAND")
     p = csub.add_parser(
         "prepare",
-        help="tokenize text files, folders or builtin:python-docs into DIR",
-        description="Tokenize SOURCEs (text files, folders of them, builtin:python-docs) into "
+        help="tokenize text files, folders or a built-in corpus (builtin:NAME) into DIR",
+        description="Tokenize SOURCEs (text files, folders of them, builtin:python-docs, "
+        "builtin:python-source, builtin:unicode-data) into "
         "DIR/train.bin and DIR/eval.bin (little-endian uint16 or uint32 token ids), "
         "DIR/tokenizer.json and DIR/meta.json. Documents (files; built-in pages; a lone "
         "file's blank-line sections) go whole to one split. Rerunning with the same inputs "

@@ -78,7 +78,7 @@ class TextLMTask(TextLMParams, Task):
     """Byte-level language modelling on a local text file (nothing is downloaded).
 
     Vocabulary: bytes 0..255 (vocab_size must be >= 256; larger ids are unused). The file at
-    ``path`` (or the built-in corpus ``builtin:python-docs``, :mod:`rope_lab.tasks.corpora`) is
+    ``path`` (or a built-in corpus ``builtin:NAME``, :mod:`rope_lab.tasks.corpora`) is
     read once into a uint8 array (``self.data``, shared through a module-level cache;
     the task hashes and compares by ``vocab_size``, ``path`` and ``eval_fraction``). The last
     ``eval_fraction`` of the file (default 0.1, contiguous) is the ``eval`` split, used by
