@@ -25,7 +25,7 @@ import numpy as np
 BUILTIN_PREFIX = "builtin:"
 PAGE_BREAK = "\n\n"
 
-# single-file pure-Python modules of the standard library in every Python from 3.11 to 3.14
+# single-file pure-Python modules of the standard library in every Python from 3.11 to 3.13
 # (no module here became a package), in sorted order
 STDLIB_MODULES = (
     "abc", "argparse", "ast", "base64", "bisect", "calendar", "codecs", "colorsys",
