@@ -56,6 +56,7 @@ def _judge_transfer(
         "mup_slope": mup["slope"],
         "sp_slope": sp["slope"],
         "sp_ci_low": sp["slope_ci_low"],
+        "mup_replicates": float(mup["replicates"]),
         "sp_ci_high": sp["slope_ci_high"],
     }
     lo, hi, sp_lo, sp_hi = (
