@@ -252,6 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     from rope_lab.cli_corpus import add_command as add_corpus
     from rope_lab.cli_hf import add_command as add_export
     from rope_lab.cli_isoflop import add_command as add_isoflop
+    from rope_lab.cli_lr_transfer import add_command as add_lr_transfer
     from rope_lab.cli_reference import add_command as add_reference
 
     add_commands(sub)
@@ -260,6 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_corpus(sub)
     add_export(sub)
     add_isoflop(sub)
+    add_lr_transfer(sub)
     add_reference(sub)
     return parser
 

@@ -2,7 +2,7 @@
 
 Each claim is a registered function of the loaded results (``registry.CLAIMS``; one module per
 family: :mod:`.encodings`, :mod:`.scaling`, :mod:`.kernels`, :mod:`.regime`, :mod:`.laws`,
-:mod:`.attention`)
+:mod:`.optima`, :mod:`.attention`)
 returning one :class:`Verdict` per scope (task, ratio, variant): ``holds``, ``fails`` or
 ``inconclusive`` (the runs lack what it needs, or the interval straddles the threshold), with
 the effect size, its bootstrap interval over seeds, the numbers used, the threshold and the
@@ -50,6 +50,7 @@ from rope_lab.analysis.claims import (  # noqa: F401
     kernels,
     laws,
     lengths,
+    optima,
     regime,
     scaling,
     windows,

@@ -12,7 +12,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from rope_lab.analysis import plots
-from tests.analysis.plots.synthetic import make_store
+from tests.analysis.plots.synthetic import lr_rows, make_store
 
 matplotlib.use("Agg")
 
@@ -40,7 +40,7 @@ def rendered(store: Path) -> dict[str, tuple[Figure, Path]]:
             "rms_change": [0.02, 0.7, 0.02, 2.4, 0.02, 0.7, 0.02, 0.65],
         }
     ).write_parquet(coord)
-    sources = {"kernel": kernel, "coord-check": coord}
+    sources = {"kernel": kernel, "coord-check": coord, "lr-transfer": lr_rows()}
     out = {}
     for kind in plots.KINDS:
         path = store.parent / "figures" / f"{kind}.png"

@@ -7,6 +7,7 @@ import itertools
 import math
 from pathlib import Path
 
+import polars as pl
 from matplotlib.figure import Figure
 
 from rope_lab.results import append_rows, mark_success, trial_dir, write_trial_row
@@ -195,3 +196,13 @@ def make_gap_store(
         append_rows(folder, "eval", rows, segment="eval")
         mark_success(folder)
     return run
+
+
+def lr_rows(slopes: dict[str, float] | None = None, seeds: int = 2) -> pl.DataFrame:
+    """Eval rows of trained ALiBi models over an lr x width grid whose optimal lr moves with
+    width by ``slopes`` (parametrisation -> slope; `tests.analysis.test_lr_transfer`)."""
+    from tests.analysis.test_lr_transfer import sweep_rows
+
+    extra = {"model.position.kind": pl.lit("alibi"), "method": pl.lit("none"),
+             "factor": pl.lit(1.0), "finetune_steps": pl.lit(0)}  # fmt: skip
+    return sweep_rows(slopes or {"mup": 0.0, "sp": -1.0}, seeds=seeds).with_columns(**extra)
