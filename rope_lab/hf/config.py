@@ -11,8 +11,9 @@ Supported `model_type`s (`FAMILIES`): llama (Llama 2 / 3.x, SmolLM2), mistral, q
 biases), qwen3 (QK-norm), phi3 (fused projections, partial rotary) and smollm3 (NoPE layers
 by `no_rope_layers`, `rope_lab.hf.layouts`), olmo2 and olmo3 (norms on the sublayers'
 outputs, QK-norm over the whole projection; OLMo 3's sliding-window layers by `layer_types`,
-with their own `rope_parameters`); cohere2 and gemma3_text are refused naming every feature
-rope_lab lacks (`rope_lab.hf.refusals`). A field rope_lab cannot
+with their own `rope_parameters`), gemma3_text (Gemma 3's sandwich norms, GeGLU, scaled
+embedding, zero-centred norms, query scalar and sliding layers, `rope_lab.hf.gemma`); cohere2
+is refused naming every feature rope_lab lacks (`rope_lab.hf.refusals`). A field rope_lab cannot
 express (an output-projection bias, an MLP bias, an activation other than SiLU, a layer mix of
 sliding and full attention, a rope_type without a rope_lab method) is refused naming it; so is
 a missing or mistyped field (`rope_lab.hf.fields`) and rope parameters transformers refuses or
@@ -31,6 +32,15 @@ from typing import Any
 
 from rope_lab.config import LayerConfig, ModelConfig, PositionConfig
 from rope_lab.hf.fields import CheckpointError, Fields, parse_config
+from rope_lab.hf.gemma import (
+    FULL_EVERY,
+    GEMMA3,
+    gemma_fields,
+    gemma_model_fields,
+    gemma_rope_blocks,
+    is_gemma,
+    refuse_gemma_only,
+)
 from rope_lab.hf.layouts import (
     is_olmo,
     is_smollm3,
@@ -45,7 +55,7 @@ from rope_lab.hf.shapes import Sizes, sizes_of
 from rope_lab.model.positions.rotary import RopeConfig
 from rope_lab.roles import NOTHING, Export, roles
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "smollm3", "olmo2", "olmo3")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "smollm3", "olmo2", "olmo3", GEMMA3)
 # OLMo 2 / 3: norms on the sublayers' outputs, QK-norm over the whole projection
 _OLMO = ("olmo2", "olmo3")
 # rope_theta where config.json sets none (transformers' `default_theta` of the family)
@@ -133,11 +143,11 @@ def from_hf_dict(cfg: dict[str, Any], where: str = "config.json") -> HFArchitect
     )
     depth = f.integer("num_hidden_layers")
     rope_of = lambda fields: _rope(fields, model_type, max_pos, sizes.head)
-    blocks = cfg.get("rope_parameters")
+    blocks = gemma_rope_blocks(f) if model_type == GEMMA3 else cfg.get("rope_parameters")
     sliding: PositionConfig | None = None
     if (
-        model_type == "olmo3" and isinstance(blocks, dict) and "full_attention" in blocks
-    ):  # OLMo 3: rope_parameters per layer type, each read as the model's would be
+        model_type in ("olmo3", GEMMA3) and isinstance(blocks, dict) and "full_attention" in blocks
+    ):  # OLMo 3, Gemma 3: rope_parameters per layer type, each read as the model's would be
         sliding = rope_of(Fields({**cfg, "rope_parameters": blocks.get("sliding_attention")},
                                  where))[0]  # fmt: skip
         f = Fields({**cfg, "rope_parameters": blocks["full_attention"]}, where)
@@ -148,9 +158,11 @@ def from_hf_dict(cfg: dict[str, Any], where: str = "config.json") -> HFArchitect
     layers: tuple[LayerConfig, ...] = (LayerConfig(window=window),) if window else ()
     if model_type == "smollm3":
         layers = smollm3_layers(f, depth)
-    if model_type == "olmo3":
-        layers = olmo3_layers(f, depth, None if sliding == position else sliding)
-    model = ModelConfig(
+    if model_type in ("olmo3", GEMMA3):
+        period = FULL_EVERY if model_type == GEMMA3 else 4
+        layers = olmo3_layers(f, depth, None if sliding == position else sliding, period)
+    gemma = gemma_model_fields(f, head_dim) if model_type == GEMMA3 else {}
+    fields: dict[str, Any] = dict(
         width=width,
         depth=depth,
         heads=heads,
@@ -164,10 +176,11 @@ def from_hf_dict(cfg: dict[str, Any], where: str = "config.json") -> HFArchitect
         qk_norm=model_type in ("qwen3", *_OLMO),
         qk_norm_scope="projection" if model_type in _OLMO else "head",
         norm_placement="post" if model_type in _OLMO else "pre",
-        tie_embeddings=f.boolean("tie_word_embeddings", False),
+        tie_embeddings=f.boolean("tie_word_embeddings", model_type == GEMMA3),
         position=position,
         layers=layers,
     )
+    model = ModelConfig(**{**fields, **gemma})
     assert model.d_mlp == inter, (model.d_mlp, inter)
     return HFArchitecture(
         model_type=model_type,
@@ -186,7 +199,7 @@ def _refuse(f: Fields, model_type: str) -> None:
     """CheckpointError naming the first field rope_lab cannot express."""
     where = f.file
     act = f.string("hidden_act", "silu")
-    if act != "silu":
+    if act != "silu" and model_type != GEMMA3:  # Gemma's is hidden_activation
         raise CheckpointError(f"{where}: hidden_act {act!r} is not supported (SwiGLU with silu)")
     for key in ("attention_bias", "mlp_bias"):
         if f.boolean(key, False):
@@ -198,7 +211,7 @@ def _refuse(f: Fields, model_type: str) -> None:
             f"{where}: use_sliding_window: true (sliding layers above max_window_layers) is not "
             "supported"
         )
-    if model_type in ("smollm3", "olmo3"):  # their layer_types are read with the layout
+    if model_type in ("smollm3", "olmo3", GEMMA3):  # their layer_types are read with the layout
         return
     types = f.cfg.get("layer_types")
     if types is not None and not (
@@ -312,7 +325,8 @@ def hf_rope_parameters(
 def hf_config(model: ModelConfig, vocab_size: int, train_length: int) -> dict[str, Any]:
     """A Hugging Face config.json (as a dict) for a rope_lab model: llama, qwen2 (q/k/v
     biases) or qwen3 (QK-norm), mistral (one sliding-window layer kind), smollm3 (RoPE and
-    NoPE layers), olmo2 / olmo3 (post-norm, `rope_lab.hf.layouts`); CheckpointError
+    NoPE layers), olmo2 / olmo3 (post-norm, `rope_lab.hf.layouts`), gemma3_text (sandwich
+    norms, `rope_lab.hf.gemma`); CheckpointError
     naming the first field Hugging Face's Llama family cannot express."""
     _exportable(model)
     rope = model.position.options
@@ -323,14 +337,19 @@ def hf_config(model: ModelConfig, vocab_size: int, train_length: int) -> dict[st
         train_length=train_length,
         params=dict(rope.params),
     )
-    if is_olmo(model):
+    if is_gemma(model):
+        olmo = gemma_fields(model, params)  # the same shape of fields as OLMo 3's
+        model_type = GEMMA3
+        params = olmo.pop("rope_parameters")
+    elif is_olmo(model):
         olmo = olmo_fields(model, params)
         model_type = olmo["model_type"]
         params = olmo.pop("rope_parameters")
     else:
         model_type = "qwen3" if model.qk_norm else "qwen2" if model.qkv_bias else "llama"
     smollm3 = is_smollm3(model)
-    window = None if smollm3 or is_olmo(model) or not model.layers else model.layers[0].window
+    own_layout = smollm3 or is_olmo(model) or is_gemma(model)
+    window = None if own_layout or not model.layers else model.layers[0].window
     if window is not None:
         model_type = "mistral"
     if smollm3:
@@ -338,7 +357,7 @@ def hf_config(model: ModelConfig, vocab_size: int, train_length: int) -> dict[st
     arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
             "qwen3": "Qwen3ForCausalLM", "mistral": "MistralForCausalLM",
             "smollm3": "SmolLM3ForCausalLM", "olmo2": "Olmo2ForCausalLM",
-            "olmo3": "Olmo3ForCausalLM"}[model_type]  # fmt: skip
+            "olmo3": "Olmo3ForCausalLM", GEMMA3: "Gemma3ForCausalLM"}[model_type]  # fmt: skip
     out: dict[str, Any] = {
         "architectures": [arch],
         "model_type": model_type,
@@ -361,8 +380,10 @@ def hf_config(model: ModelConfig, vocab_size: int, train_length: int) -> dict[st
         out["sliding_window"] = window
     if smollm3:
         out.update(smollm3_fields(model))
-    if is_olmo(model):
+    if is_olmo(model) or is_gemma(model):
         out.update(olmo)
+    if is_gemma(model):
+        del out["hidden_act"]  # Gemma's is hidden_activation
     return out
 
 
@@ -403,6 +424,10 @@ def _exportable(m: ModelConfig) -> None:
         )
     if m.qk_norm and m.qkv_bias:
         raise CheckpointError("model.qk_norm with model.qkv_bias: no Hugging Face family has both")
+    if is_gemma(m):
+        gemma_fields(m, {"rope_theta": rope.theta})  # refuses what Gemma 3 cannot hold
+        return
+    refuse_gemma_only(m)
     if is_olmo(m):
         olmo_fields(m, {})  # refuses, naming the field, what OLMo 2 / 3 cannot hold
         return

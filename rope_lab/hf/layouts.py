@@ -5,7 +5,8 @@ A config.json lists one entry per layer (SmolLM3's `no_rope_layers`: 1 a RoPE la
 layer; `layer_types`: `full_attention` or `sliding_attention`); rope_lab holds the shortest
 pattern of layer kinds that, repeated, gives the depth (`pattern_of`). `smollm3_layers` reads
 SmolLM3's lists and `olmo3_layers` OLMo 3's, `per_layer` unrolls a layout, and
-`smollm3_fields` writes SmolLM3's lists back for `rope-lab export`.
+`smollm3_fields` writes SmolLM3's lists back for `rope-lab export` (`sliding_fields` OLMo 3's
+and Gemma 3's).
 """
 
 from __future__ import annotations
@@ -83,9 +84,10 @@ def smollm3_layers(f: Fields, depth: int) -> tuple[LayerConfig, ...]:
 
 
 def olmo3_layers(
-    f: Fields, depth: int, sliding_position: PositionConfig | None
+    f: Fields, depth: int, sliding_position: PositionConfig | None, period: int = 4
 ) -> tuple[LayerConfig, ...]:
-    """OLMo 3's layout: `sliding_attention` layers (by default three of every four) attend the
+    """OLMo 3's (and Gemma 3's) layout: `sliding_attention` layers (by default all but every
+    `period`-th: three of every four in OLMo 3, five of every six in Gemma 3) attend the
     last `sliding_window` keys under `sliding_position` (their own rope_parameters; None: the
     model's), `full_attention` layers the whole prefix. A scaling, trained or at evaluation,
     acts on the full layers only (`eval_scaling: false` on the sliding ones), as transformers
@@ -96,7 +98,7 @@ def olmo3_layers(
                       "unscaled")  # fmt: skip
     window = f.integer("sliding_window", 4096)
     types = layer_types(f, depth) or [
-        "sliding_attention" if (i + 1) % 4 else "full_attention" for i in range(depth)
+        "sliding_attention" if (i + 1) % period else "full_attention" for i in range(depth)
     ]
     sliding = LayerConfig(position=sliding_position, window=window, eval_scaling=False)
     return pattern_of([sliding if t == "sliding_attention" else LayerConfig() for t in types])
@@ -156,18 +158,27 @@ def olmo_fields(model: ModelConfig, rope_parameters: dict[str, Any]) -> dict[str
         raise CheckpointError("model.qkv_bias: OLMo 2 / 3 have no q/k/v biases")
     if not model.layers:
         return {"model_type": "olmo2", "rope_parameters": rope_parameters, **NO_SPECIAL_TOKENS}
+    return {"model_type": "olmo3", **sliding_fields(model, rope_parameters, "OLMo 3"),
+            **NO_SPECIAL_TOKENS}  # fmt: skip
+
+
+def sliding_fields(
+    model: ModelConfig, rope_parameters: dict[str, Any], family: str
+) -> dict[str, Any]:
+    """`sliding_window`, `layer_types` and per-layer-type `rope_parameters` (OLMo 3's and
+    Gemma 3's form) of a layout of full layers and sliding-window layers of one window whose
+    own RoPE differs in theta only; CheckpointError naming `model.layers` otherwise."""
     windows = {layer.window for layer in model.layers if layer.window is not None}
     sliding = [layer for layer in model.layers if layer.window is not None]
     thetas = {_sliding_rope_theta(layer, model) for layer in sliding}
     odd = [layer for layer in model.layers if layer.window is None and layer != LayerConfig()]
     if len(windows) != 1 or len(thetas) != 1 or None in thetas or odd:
         raise CheckpointError(
-            "model.layers: OLMo 3 exports full layers and sliding-window layers of one window "
-            "(their own RoPE differing in theta only)"
+            f"model.layers: {family} exports full layers and sliding-window layers of one "
+            "window (their own RoPE differing in theta only)"
         )
     (window,), (theta,) = windows, thetas
     return {
-        "model_type": "olmo3",
         "sliding_window": window,
         "layer_types": [
             "full_attention" if layer.window is None else "sliding_attention"
@@ -177,5 +188,4 @@ def olmo_fields(model: ModelConfig, rope_parameters: dict[str, Any]) -> dict[str
             "full_attention": rope_parameters,
             "sliding_attention": {"rope_type": "default", "rope_theta": theta},
         },
-        **NO_SPECIAL_TOKENS,
     }

@@ -75,9 +75,16 @@ def expected_tensors(arch: HFArchitecture) -> dict[str, tuple[tuple[tuple[int, s
     }
     if not m.tie_embeddings:
         out["lm_head.weight"] = ((s.vocab, s.width), "tie_word_embeddings is false")
-    post = m.norm_placement == "post"  # OLMo 2: the norms on the sublayers' outputs
+    # the norms read by attention and by the MLP (OLMo 2: on the sublayers' outputs) and the
+    # sandwich's output norms (Gemma 3)
+    attn_norm, mlp_norm = {
+        "pre": ("input_layernorm", "post_attention_layernorm"),
+        "post": ("post_attention_layernorm", "post_feedforward_layernorm"),
+        "sandwich": ("input_layernorm", "pre_feedforward_layernorm"),
+    }[m.norm_placement]
+    sandwich = m.norm_placement == "sandwich"
     per_layer = {
-        "post_attention_layernorm.weight" if post else "input_layernorm.weight": ((s.width,), ""),
+        f"{attn_norm}.weight": ((s.width,), ""),
         "self_attn.q_proj.weight": ((s.queries, s.width), ""),
         "self_attn.k_proj.weight": ((s.keys, s.width), ""),
         "self_attn.v_proj.weight": ((s.keys, s.width), ""),
@@ -94,13 +101,16 @@ def expected_tensors(arch: HFArchitecture) -> dict[str, tuple[tuple[tuple[int, s
                 (size if whole else s.head,),
                 f"model_type {kind!r} has QK-norm",
             )
+    if sandwich:
+        per_layer["post_attention_layernorm.weight"] = ((s.width,), "")
     per_layer.update({
-        "post_feedforward_layernorm.weight" if post else "post_attention_layernorm.weight": (
-            (s.width,), ""),
+        f"{mlp_norm}.weight": ((s.width,), ""),
         "mlp.gate_proj.weight": ((s.mlp, s.width), ""),
         "mlp.up_proj.weight": ((s.mlp, s.width), ""),
         "mlp.down_proj.weight": ((s.width, s.mlp), ""),
     })  # fmt: skip
+    if sandwich:
+        per_layer["post_feedforward_layernorm.weight"] = ((s.width,), "")
     for i in range(m.depth):
         out.update({f"model.layers.{i}.{name}": spec for name, spec in per_layer.items()})
     return out

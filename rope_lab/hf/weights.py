@@ -61,9 +61,21 @@ _POST_NORM_NAMES: dict[tuple[str, ...], str] = {
 }
 
 
+# Gemma 3's sandwich: a norm before and after each sublayer (`model.norm_placement: sandwich`)
+_SANDWICH_NORM_NAMES: dict[tuple[str, ...], str] = {
+    ("attn_post_norm", "weight"): "post_attention_layernorm.weight",
+    ("mlp_norm", "weight"): "pre_feedforward_layernorm.weight",
+    ("mlp_post_norm", "weight"): "post_feedforward_layernorm.weight",
+}
+
+
 def block_names(model: ModelConfig) -> dict[tuple[str, ...], str]:
     """rope_lab block leaf -> HF per-layer tensor name, for the model's norm placement."""
-    return {**_BLOCK_NAMES, **_POST_NORM_NAMES} if model.norm_placement == "post" else _BLOCK_NAMES
+    if model.norm_placement == "post":
+        return {**_BLOCK_NAMES, **_POST_NORM_NAMES}
+    if model.norm_placement == "sandwich":
+        return {**_BLOCK_NAMES, **_SANDWICH_NORM_NAMES}
+    return _BLOCK_NAMES
 
 
 def from_hf(path: str | Path, dtype: str = "float32") -> Transformer:

@@ -15,7 +15,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 from rope_lab.config import LayerConfig, ModelConfig
 from rope_lab.model.attention import attend, expand_kv, visible_keys
 from rope_lab.model.attention_logits import Variant, raw_logits, with_decay
-from rope_lab.model.layers import Linear, Norm, fused_linear, make_linear
+from rope_lab.model.layers import Linear, Norm, fused_linear, make_linear, model_norm
 from rope_lab.model.positions.modules import PositionEncoding
 
 DEFAULT_LAYER = LayerConfig()  # full causal attention, the model-wide encoding
@@ -24,7 +24,10 @@ DEFAULT_LAYER = LayerConfig()  # full causal attention, the model-wide encoding
 def attention_scale(cfg: ModelConfig) -> float:
     """The multiplier of q.k: 1/sqrt(d_head); under muP sqrt(d_base)/d_head, with d_base the
     head dimension at `model.base_width`: 1/d in the head dimension, equal to SP's at the base
-    width (and at every width when widths grow heads at a fixed head_dim)."""
+    width (and at every width when widths grow heads at a fixed head_dim);
+    1/sqrt(model.attention_scale_dim) where that is set."""
+    if cfg.attention_scale_dim is not None:
+        return 1.0 / math.sqrt(cfg.attention_scale_dim)
     d = cfg.d_head
     if cfg.parametrization != "mup":
         return 1.0 / math.sqrt(d)
@@ -82,8 +85,8 @@ class Attention(eqx.Module):
         whole = cfg.qk_norm_scope == "projection"
         q_width, k_width = (cfg.attention_width, cfg.n_kv_heads * cfg.d_head) if whole else (
             cfg.d_head, cfg.d_head)  # fmt: skip
-        self.q_norm = Norm(q_width, "rmsnorm", cfg.norm_eps) if cfg.qk_norm else None
-        self.k_norm = Norm(k_width, "rmsnorm", cfg.norm_eps) if cfg.qk_norm else None
+        self.q_norm = model_norm(cfg, q_width) if cfg.qk_norm else None
+        self.k_norm = model_norm(cfg, k_width) if cfg.qk_norm else None
         self.qk_norm_whole = whole
         self.heads = cfg.n_heads
         self.kv_heads = cfg.n_kv_heads

@@ -55,7 +55,7 @@ def _block_statistics(
     """The block's output (B, L, D), as `Block.__call__` computes it with the reference path,
     and its statistics, each (B, H)."""
     attn = block.attn
-    h = block.attn_norm(x)
+    h = block.attention_input(x)
     q, k, v = attn.project(h, positions, encoding)
     k, v = expand_kv(k, attn.heads), expand_kv(v, attn.heads)
     rows = attn.row_scale(positions, layer, temperature)
@@ -92,5 +92,4 @@ def _block_statistics(
         stats["gate_mean"] = gate.reshape(*gate.shape[:2], attn.heads, -1).mean((1, 3))
     if attn.forget is not None:
         stats["log_forget"] = jax.nn.log_sigmoid(attn.forget(h).astype(jnp.float32)).mean(1)
-    x = x + attn.output(h, out)
-    return x + block.mlp(block.mlp_norm(x)), stats
+    return block.add_mlp(block.add_attention(x, attn.output(h, out))), stats

@@ -25,13 +25,15 @@ if TYPE_CHECKING:
     from rope_lab.config import TrialConfig
 
 NORMS = ("layernorm", "rmsnorm")
-# where a block's norms sit: before each sublayer (x + f(norm(x))) or on its output (OLMo 2's
-# x + norm(f(x)))
-NORM_PLACEMENTS = ("pre", "post")
+# where a block's norms sit: before each sublayer (x + f(norm(x))), on its output (OLMo 2's
+# x + norm(f(x))) or both (Gemma 3's sandwich x + norm(f(norm(x))), two norms per sublayer)
+NORM_PLACEMENTS = ("pre", "post", "sandwich")
 # what QK-norm normalises: each head's queries and keys (Qwen3) or the whole projection, all
 # heads at once (OLMo 2)
 QK_NORM_SCOPES = ("head", "projection")
-MLPS = ("gelu", "swiglu")
+# gelu: down(gelu(up x)); swiglu: down(silu(gate x) * up x); geglu: down(gelu(gate x) * up x),
+# GELU's tanh approximation (Gemma 3)
+MLPS = ("gelu", "swiglu", "geglu")
 PARAMETRIZATIONS = ("sp", "ntk", "mup")
 DTYPES = ("float32", "bfloat16")
 # How attention is computed (`rope_lab.model.attention`); all give the same numbers to rounding.
@@ -139,7 +141,14 @@ class ModelConfig:
     embedding transposed; `norm_eps`: every norm's epsilon; `norm_placement`: `pre` (x +
     f(norm(x))) or `post` (OLMo 2: x + norm(f(x)), the sublayer reading x unnormalised);
     `qk_norm_scope`: `head` (each head's queries and keys) or `projection` (OLMo 2: all query
-    heads together, all key heads together, before the split into heads).
+    heads together, all key heads together, before the split into heads); `sandwich`
+    placement: Gemma 3's x + norm(f(norm(x))).
+
+    Gemma 3's fields: `scale_embedding`: the token embedding times sqrt(width) on the way in
+    (the tied readout stays the unscaled embedding); `norm_zero_centred`: every RMSNorm scales
+    by (1 + weight), its weight initialised to 0; `attention_scale_dim`: attention logits
+    scaled by 1/sqrt(attention_scale_dim) instead of 1/sqrt(d_head) (Gemma's
+    `query_pre_attn_scalar`); `logit_softcap` c: the output logits become c tanh(logits / c).
     """
 
     width: int = identity(128, export=WRITTEN, needs=None)
@@ -148,7 +157,7 @@ class ModelConfig:
     heads: int | None = identity(None, export=WRITTEN, needs=ATTENTION)
     mlp_ratio: float = identity(4.0, export=WRITTEN, needs=None)
     norm: str = identity("layernorm", export=only("rmsnorm"), needs=None)
-    mlp: str = identity("gelu", export=only("swiglu"), needs=None)
+    mlp: str = identity("gelu", export=WRITTEN, needs=None)  # swiglu, or geglu in Gemma 3
     parametrization: str = identity("sp", export=only("sp"), needs=None)
     base_width: int = identity(128, export=NOT_IN_CHECKPOINT, needs=None)
     dtype: str = identity("float32", export=NOT_IN_CHECKPOINT, needs=None)
@@ -179,7 +188,7 @@ class ModelConfig:
     norm_placement: str = identity(
         "pre",
         neutral="pre",
-        label=Label(" +post-norm", when="post"),
+        label=Label(" +{}-norm"),
         export=WRITTEN,
         needs=ATTENTION,
     )
@@ -192,6 +201,18 @@ class ModelConfig:
     )
     tie_embeddings: bool = identity(
         False, neutral=False, label=Label(" +tied"), export=WRITTEN, needs=TIED_READOUT
+    )
+    scale_embedding: bool = identity(
+        False, neutral=False, label=Label(" +sqrt(d) embedding"), export=WRITTEN, needs=ATTENTION
+    )
+    norm_zero_centred: bool = identity(
+        False, neutral=False, label=Label(" +(1+w) norm"), export=WRITTEN, needs=ATTENTION
+    )
+    attention_scale_dim: float | None = identity(
+        None, neutral=None, label=Label(" scale-dim{}"), export=WRITTEN, needs=ATTENTION
+    )
+    logit_softcap: float | None = identity(
+        None, neutral=None, label=Label(" softcap{}"), export=WRITTEN, needs=ATTENTION
     )
     norm_eps: float = identity(
         1e-5, neutral=1e-5, label=Label(" eps{}"), export=WRITTEN, needs=NORM_EPS
@@ -291,6 +312,11 @@ class ModelConfig:
         return self.n_heads * self.d_head
 
     @property
+    def gated_mlp(self) -> bool:
+        """Whether the MLP has a gate projection (SwiGLU, GeGLU)."""
+        return self.mlp in ("swiglu", "geglu")
+
+    @property
     def d_mlp(self) -> int:
         """Hidden size of the MLP."""
         return round(self.width * self.mlp_ratio)
@@ -337,6 +363,13 @@ def _check_heads(m: ModelConfig) -> None:
         )
     if m.qk_norm_scope != "head" and not m.qk_norm:
         raise ConfigError(f"model.qk_norm_scope: {m.qk_norm_scope!r} needs model.qk_norm: true")
+    if m.norm_zero_centred and m.norm != "rmsnorm":
+        raise ConfigError(f"model.norm_zero_centred: needs model.norm: rmsnorm, got {m.norm!r}")
+    check_positive(m.attention_scale_dim, "model.attention_scale_dim")
+    check_positive(m.logit_softcap, "model.logit_softcap")
+    if m.attention_scale_dim is not None and m.parametrization == "mup":
+        raise ConfigError("model.attention_scale_dim: muP sets the attention scale itself; "
+                          "use parametrization sp or ntk")  # fmt: skip
     if m.qk_norm and m.norm != "rmsnorm":
         raise ConfigError(f"model.qk_norm: needs model.norm: rmsnorm, got {m.norm!r}")
     if m.heads is None and m.head_dim is None:

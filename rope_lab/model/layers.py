@@ -1,7 +1,8 @@
 """The dense parts of a Transformer block: `Linear` (with a parametrisation's init scale and
 forward multiplier), `dense` and `fused_linear` (one matmul over a batch's (B L, D) rows, and
-over weights concatenated at call time), `Norm` (LayerNorm / RMSNorm) and `MLP` (GELU /
-SwiGLU). See `rope_lab.model.transformer` for why the matmuls are shaped this way."""
+over weights concatenated at call time), `Norm` (LayerNorm / RMSNorm, optionally zero-centred:
+scaled by 1 + weight) and `MLP` (GELU / SwiGLU / GeGLU). See `rope_lab.model.transformer` for
+why the matmuls are shaped this way."""
 
 from __future__ import annotations
 
@@ -95,16 +96,20 @@ def make_linear(
 
 
 class Norm(eqx.Module):
-    """LayerNorm (with bias) or RMSNorm over the last axis."""
+    """LayerNorm (with bias) or RMSNorm over the last axis; `zero_centred` (Gemma's RMSNorm):
+    the normalised x times (1 + weight), the weight initialised to 0 (the same function as
+    weight 1 without it)."""
 
     weight: Float[Array, " D"]
     bias: Float[Array, " D"] | None
     eps: float = eqx.field(static=True, default=1e-5)
+    zero_centred: bool = eqx.field(static=True, default=False)
 
-    def __init__(self, width: int, kind: str, eps: float = 1e-5):
-        self.weight = jnp.ones((width,))
+    def __init__(self, width: int, kind: str, eps: float = 1e-5, zero_centred: bool = False):
+        self.weight = jnp.zeros((width,)) if zero_centred else jnp.ones((width,))
         self.bias = jnp.zeros((width,)) if kind == "layernorm" else None
         self.eps = eps
+        self.zero_centred = zero_centred
 
     def __call__(self, x: Float[Array, "L D"]) -> Float[Array, "L D"]:
         """Normalise in float32, return in x's dtype."""
@@ -113,28 +118,37 @@ class Norm(eqx.Module):
             h = h - h.mean(-1, keepdims=True)
         h = h * jax.lax.rsqrt((h * h).mean(-1, keepdims=True) + self.eps)
         lead = (1,) * (h.ndim - 1)
-        h = h * self.weight.reshape(*lead, -1)
+        scale = self.weight.astype(jnp.float32)
+        h = h * (1.0 + scale if self.zero_centred else scale).reshape(*lead, -1)
         if self.bias is not None:
             h = h + self.bias.reshape(*lead, -1)
         return h.astype(x.dtype)
 
 
+def model_norm(cfg: ModelConfig, width: int) -> Norm:
+    """A norm of the model's kind, epsilon and centring over `width` features."""
+    return Norm(width, cfg.norm, cfg.norm_eps, zero_centred=cfg.norm_zero_centred)
+
+
 class MLP(eqx.Module):
-    """GELU MLP or SwiGLU."""
+    """GELU MLP, SwiGLU or GeGLU (GELU's tanh approximation on the gate)."""
 
     up: Linear
     down: Linear
     gate: Linear | None
+    gelu_gate: bool = eqx.field(static=True, default=False)
 
     def __init__(self, cfg: ModelConfig, *, key: PRNGKeyArray):
         ku, kd, kg = jax.random.split(key, 3)
         self.up = make_linear(cfg, cfg.width, cfg.d_mlp, ku)
         self.down = make_linear(cfg, cfg.d_mlp, cfg.width, kd)
-        self.gate = make_linear(cfg, cfg.width, cfg.d_mlp, kg) if cfg.mlp == "swiglu" else None
+        self.gate = make_linear(cfg, cfg.width, cfg.d_mlp, kg) if cfg.gated_mlp else None
+        self.gelu_gate = cfg.mlp == "geglu"
 
     def __call__(self, x: Float[Array, "*B L D"]) -> Float[Array, "*B L D"]:
         """Position-wise feed-forward."""
         if self.gate is None:
             return self.down(jax.nn.gelu(self.up(x)))
         gate, up = fused_linear(x, self.gate, self.up)
-        return self.down(jax.nn.silu(gate) * up)
+        act = jax.nn.gelu(gate, approximate=True) if self.gelu_gate else jax.nn.silu(gate)
+        return self.down(act * up)

@@ -157,11 +157,11 @@ def remat_kept_floats(model: ModelConfig, remat: str) -> int:
     (`block` or `dots`): the block's input, D; under `dots` also the outputs of its dense
     matmuls (matmuls without batch dimensions; attention's per-head products are recomputed):
     queries, keys and values A + 2 A_kv, the attention output projection D, the MLP's input
-    projections (2 D_mlp for SwiGLU's gate and up, else D_mlp) and its output D."""
+    projections (2 D_mlp for a gated MLP's gate and up, else D_mlp) and its output D."""
     if remat == "block":
         return model.width
     kv = model.n_kv_heads * model.d_head
-    mlp_in = (2 if model.mlp == "swiglu" else 1) * model.d_mlp
+    mlp_in = (2 if model.gated_mlp else 1) * model.d_mlp
     return 3 * model.width + model.attention_width + 2 * kv + mlp_in
 
 

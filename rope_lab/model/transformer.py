@@ -49,7 +49,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from rope_lab.config import LayerConfig, ModelConfig
 from rope_lab.model.attention_layer import DEFAULT_LAYER, Attention
-from rope_lab.model.layers import MLP, Linear, Norm, dense, make_linear
+from rope_lab.model.layers import MLP, Linear, Norm, dense, make_linear, model_norm
 from rope_lab.model.positions import make_position_encoding
 from rope_lab.model.positions.modules import Frozen, PositionEncoding
 from rope_lab.registry import SCALINGS
@@ -68,20 +68,27 @@ REMAT_POLICIES = {
 
 class Block(eqx.Module):
     """Residual block: pre-norm x + attn(norm(x)), then x + mlp(norm(x)); with
-    `model.norm_placement: post`, x + norm(attn(x)), then x + norm(mlp(x))."""
+    `model.norm_placement: post`, x + norm(attn(x)), then x + norm(mlp(x)); `sandwich`,
+    x + norm'(attn(norm(x))), then x + norm'(mlp(norm(x))) (`attn_post_norm`, `mlp_post_norm`
+    the output norms, None otherwise)."""
 
     attn_norm: Norm
     attn: Attention
     mlp_norm: Norm
     mlp: MLP
+    attn_post_norm: Norm | None = None
+    mlp_post_norm: Norm | None = None
     post_norm: bool = eqx.field(static=True, default=False)
 
     def __init__(self, cfg: ModelConfig, *, train_length: int, key: PRNGKeyArray):
         ka, km = jax.random.split(key)
-        self.attn_norm = Norm(cfg.width, cfg.norm, cfg.norm_eps)
+        self.attn_norm = model_norm(cfg, cfg.width)
         self.attn = Attention(cfg, train_length=train_length, key=ka)
-        self.mlp_norm = Norm(cfg.width, cfg.norm, cfg.norm_eps)
+        self.mlp_norm = model_norm(cfg, cfg.width)
         self.mlp = MLP(cfg, key=km)
+        sandwich = cfg.norm_placement == "sandwich"
+        self.attn_post_norm = model_norm(cfg, cfg.width) if sandwich else None
+        self.mlp_post_norm = model_norm(cfg, cfg.width) if sandwich else None
         self.post_norm = cfg.norm_placement == "post"
 
     def attention_input(self, x: Array) -> Array:
@@ -90,13 +97,16 @@ class Block(eqx.Module):
 
     def add_attention(self, x: Array, out: Array) -> Array:
         """The residual stream x (*B, L, D) plus attention's output `out` (*B, L, D)."""
+        if self.attn_post_norm is not None:
+            return x + self.attn_post_norm(out)
         return x + (self.attn_norm(out) if self.post_norm else out)
 
     def add_mlp(self, x: Array) -> Array:
         """The residual stream x (*B, L, D) plus the MLP's (normalised) contribution."""
         if self.post_norm:
             return x + self.mlp_norm(self.mlp(x))
-        return x + self.mlp(self.mlp_norm(x))
+        out = self.mlp(self.mlp_norm(x))
+        return x + (out if self.mlp_post_norm is None else self.mlp_post_norm(out))
 
     def __call__(
         self,
@@ -162,7 +172,7 @@ class Transformer(eqx.Module):
         self.blocks = eqx.filter_vmap(lambda k: Block(cfg, train_length=train_length, key=k))(
             jax.random.split(kb, cfg.depth)
         )
-        self.final_norm = Norm(cfg.width, cfg.norm, cfg.norm_eps)
+        self.final_norm = model_norm(cfg, cfg.width)
         self.head = (
             None
             if cfg.tie_embeddings
@@ -221,11 +231,15 @@ class Transformer(eqx.Module):
 
     def readout(self, x: Float[Array, "*B L D"]) -> Float[Array, "*B L V"]:
         """Logits in float32 of the last block's output: final norm, then the readout (the
-        embedding transposed when tied)."""
+        embedding transposed when tied), soft-capped to c tanh(logits / c) with
+        `model.logit_softcap` c."""
         h = self.final_norm(x)
         if self.head is None:
-            return dense(h, self.embedding.astype(h.dtype)).astype(jnp.float32)
-        return self.head(h).astype(jnp.float32)
+            logits = dense(h, self.embedding.astype(h.dtype)).astype(jnp.float32)
+        else:
+            logits = self.head(h).astype(jnp.float32)
+        cap = self.config.logit_softcap
+        return logits if cap is None else softcap(logits, cap)
 
     def encoding_of(self, kind: int) -> PositionEncoding:
         """The position encoding of layer kind `kind` (an index into `config.pattern`)."""
@@ -235,8 +249,11 @@ class Transformer(eqx.Module):
     def embed(
         self, tokens: Int[Array, "*B L"], positions: Int[Array, "*B L"]
     ) -> Float[Array, "*B L D"]:
-        """Token embeddings plus any additive position embedding, in the compute dtype."""
+        """Token embeddings (times sqrt(width) with `model.scale_embedding`) plus any additive
+        position embedding, in the compute dtype."""
         x = self.embedding[tokens]
+        if self.config.scale_embedding:
+            x = x * jnp.sqrt(jnp.float32(self.config.width)).astype(x.dtype)
         pe = self.position.embed(positions)
         if pe is not None:
             x = x + pe
@@ -256,6 +273,12 @@ class Transformer(eqx.Module):
     def vocab_size(self) -> int:
         """Output vocabulary size."""
         return self.embedding.shape[0]
+
+
+def softcap(logits: Array, cap: float) -> Array:
+    """cap tanh(logits / cap), elementwise: near the identity for |logits| << cap, never past
+    +-cap."""
+    return cap * jnp.tanh(logits / cap)
 
 
 def _default_positions(tokens: Array, positions: Array | None) -> Array:

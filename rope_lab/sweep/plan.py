@@ -49,7 +49,7 @@ def _matmul_params(trial: TrialConfig) -> int:
     """Weights of the matmuls: blocks (attention, `_attention_params`, + k D M MLP each) and
     the readout D V (tied or not: it is a matmul either way)."""
     m = trial.model
-    k = 3 if m.mlp == "swiglu" else 2
+    k = 3 if m.gated_mlp else 2
     return (
         m.depth * (_attention_params(m) + k * m.width * m.d_mlp) + m.width * trial.task.vocab_size
     )
@@ -147,7 +147,10 @@ def _transformer_params(trial: TrialConfig) -> tuple[int, int, int]:
         extras += m.depth * 2 * m.d_head
     readout = 0 if m.tie_embeddings else v * d  # a tied readout is the embedding
     blocks = matmul - v * d  # the blocks' matmul weights
-    n_params = v * d + readout + encoding + blocks + extras + m.depth * 2 * norm + norm
+    norms_per_block = 4 if m.norm_placement == "sandwich" else 2
+    n_params = (
+        v * d + readout + encoding + blocks + extras + m.depth * norms_per_block * norm + norm
+    )
     # Kaplan et al.'s N: less the token embedding, the (untied) readout and a learned table
     # the model-wide encoding adds to the input (= `model.count_non_embedding_params`)
     position = m.position.options
@@ -162,8 +165,9 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
     n_params (trainable, = `model.count_params`): embedding V D, a learned table
     max_length x D, per block the attention projections (4 D^2 for multi-head attention;
     `_attention_params` with grouped-query or decoupled heads; q/k/v biases A + 2 A_kv, QK-norm
-    2 head_dim) + k D M (MLP; k = 3 for SwiGLU, else 2) + two norms (2D each for LayerNorm, D
-    for RMSNorm), a final norm, and the readout D V (none when tied to the embedding).
+    2 head_dim) + k D M (MLP; k = 3 for SwiGLU or GeGLU, else 2) + two norms (four when
+    sandwiched; 2D each for LayerNorm, D for RMSNorm), a final norm, and the readout D V (none
+    when tied to the embedding).
     n_params_non_embedding (= `model.count_non_embedding_params`): n_params less the
     embedding, the readout and a learned table.
     Forward FLOPs of one length-L sequence (`forward_flops`): F(L) = 2 N L + 4 depth L^2 A,

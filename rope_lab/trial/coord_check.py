@@ -53,10 +53,11 @@ def layer_activations(model: Transformer, tokens: Int[Array, "B L"]) -> dict[str
         block = jax.tree.map(lambda a, i=i: a[i] if eqx.is_array(a) else a, model.blocks)
         kind = i % len(pattern)
         encoding, layer = model.encoding_of(kind), pattern[kind]
-        attn = block.attn(block.attn_norm(x), positions, encoding, layer, model.temperature)
-        x = x + attn
-        mlp = block.mlp(block.mlp_norm(x))
-        x = x + mlp
+        attn = block.attn(block.attention_input(x), positions, encoding, layer,
+                          model.temperature)  # fmt: skip
+        x = block.add_attention(x, attn)
+        after = block.add_mlp(x)
+        mlp, x = after - x, after  # the MLP's (normalised) contribution
         out |= {f"block{i}.attn": attn, f"block{i}.mlp": mlp, f"block{i}.residual": x}
     out["logits"] = model.readout(x)
     return out

@@ -87,6 +87,23 @@ def _families():
                 "sliding": {"rope_type": "default", "rope_theta": 500.0},
             },
         ),
+        # sandwich norms, GeGLU, scaled embedding, zero-centred norms, a query scalar other
+        # than the head size (16), soft-capped logits; sliding layers (window 5, a rope base
+        # of their own) alternating with full ones
+        "gemma3": (
+            "Gemma3TextConfig",
+            {
+                **common,
+                "num_hidden_layers": 4,
+                "num_key_value_heads": 2,
+                "head_dim": 16,
+                "query_pre_attn_scalar": 12,
+                "final_logit_softcapping": 3.0,
+                "sliding_window": 5,
+                "layer_types": ["sliding_attention", "full_attention"] * 2,
+                "sliding": {"rope_type": "default", "rope_theta": 500.0},
+            },
+        ),
     }
 
 
@@ -144,7 +161,7 @@ def make_checkpoint(family: str, rope_type: str, root: Path) -> Checkpoint:
     folder = root / f"{family}-{rope_type}"
     model.save_pretrained(folder)
     assert json.loads((folder / "config.json").read_text())["model_type"] in (
-        "llama", "mistral", "qwen2", "qwen3", "phi3", "smollm3", "olmo2", "olmo3",
+        "llama", "mistral", "qwen2", "qwen3", "phi3", "smollm3", "olmo2", "olmo3", "gemma3_text",
     )  # fmt: skip
     return Checkpoint(folder, model, rope_type)
 

@@ -32,6 +32,9 @@ OLMO = {"model.norm_placement": "post", "model.qk_norm": True, "model.qk_norm_sc
 # an OLMo 3 sliding-window layer kind with a rope base of its own
 LOCAL = LayerConfig(window=5, position=PositionConfig(options=RopeConfig(theta=500.0)))
 LLAMA = {"model.norm": "rmsnorm", "model.mlp": "swiglu", "model.kv_heads": 2}
+GEMMA = {"model.mlp": "geglu", "model.norm_placement": "sandwich", "model.qk_norm": True,
+         "model.scale_embedding": True, "model.norm_zero_centred": True,
+         "model.attention_scale_dim": 12.0, "model.logit_softcap": 3.0}  # fmt: skip
 
 
 def _trial_dir(tmp_path, kind="rope", **changes):
@@ -73,18 +76,23 @@ def _trial_dir(tmp_path, kind="rope", **changes):
         ({"model.layers": (LayerConfig(), LayerConfig(position=NOPE))}, "smollm3"),
         (OLMO, "olmo2"),
         ({**OLMO, "model.layers": (LOCAL, LayerConfig())}, "olmo3"),
+        ({**GEMMA, "model.tie_embeddings": True}, "gemma3_text"),
+        ({**GEMMA, "model.layers": (LOCAL, LayerConfig())}, "gemma3_text"),
     ],
 )
 def test_export_loads_in_transformers_and_round_trips(tmp_path, changes, model_type):
     _, transformers = transformers_or_skip()
-    trial_dir, model = _trial_dir(tmp_path, **LLAMA, **changes)
+    trial_dir, model = _trial_dir(tmp_path, **{**LLAMA, **changes})
     out = tmp_path / "hf"
     assert main([ "export", str(trial_dir), "--hf", str(out)]) == 0  # fmt: skip
     written = json.loads((out / "config.json").read_text())
     assert written["model_type"] == model_type
     if model_type == "smollm3":
         assert written["no_rope_layers"] == [1, 0]
-    if model_type == "olmo3":
+    if model_type == "gemma3_text":
+        assert (written["query_pre_attn_scalar"], written["final_logit_softcapping"]) == (12, 3.0)
+        assert "hidden_act" not in written
+    if "model.layers" in changes and model_type in ("olmo3", "gemma3_text"):
         assert written["layer_types"] == ["sliding_attention", "full_attention"]
         assert written["rope_parameters"]["sliding_attention"]["rope_theta"] == 500.0
     hf = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
@@ -111,7 +119,7 @@ def test_ntk_by_parts_exports_as_yarn_with_attention_factor_one(tmp_path):
     frequencies without its attention factor are rope_type yarn with attention_factor 1.0;
     from_hf reads that back as rope_lab's yarn with attention_factor 1.0 (the same model)."""
     changes = {"model.position.rope.scaling": "ntk_by_parts", "model.position.rope.factor": 4.0}
-    trial_dir, model = _trial_dir(tmp_path, **LLAMA, **changes)
+    trial_dir, model = _trial_dir(tmp_path, **{**LLAMA, **changes})
     out = tmp_path / "hf"
     assert main(["export", str(trial_dir), "--hf", str(out)]) == 0
     rope = json.loads((out / "config.json").read_text())["rope_parameters"]
@@ -167,6 +175,23 @@ def test_load_model_reads_a_trial_folder(tmp_path):
             "rope",
             {**LLAMA, **OLMO, "model.layers": (LOCAL, LayerConfig(window=7))},
             r"model.layers: OLMo 3 exports full layers and sliding-window layers of one window",
+        ),
+        (
+            "rope",
+            {**LLAMA, "model.scale_embedding": True},
+            r"model.scale_embedding: True exports as Gemma 3 only \(with "
+            r"model.norm_placement: sandwich\)",
+        ),
+        (
+            "rope",
+            {**LLAMA, "model.mlp": "geglu"},
+            r"model.mlp: 'geglu' has no Hugging Face Llama-family form",
+        ),
+        (
+            "rope",
+            {**LLAMA, **GEMMA, "model.norm_zero_centred": False},
+            r"model.norm_zero_centred: Gemma 3 \(model.norm_placement: sandwich\) needs True, "
+            r"got False",
         ),
         (
             "rope",

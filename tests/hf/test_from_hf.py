@@ -61,6 +61,7 @@ def test_logits_equal_transformers(checkpoints, family, rope):
         ("mistral", "default", "prefill_fixed"),  # past its sliding window of 10
         ("qwen3", "default", "prefill_fixed"),
         ("olmo3", "default", "prefill_fixed"),  # past its window of 5, local rope base
+        ("gemma3", "default", "prefill_fixed"),  # the same, soft-capped logits
         pytest.param("smollm3", "default", "prefill_fixed", marks=pytest.mark.slow),
         pytest.param("llama", "dynamic", "per_step_stale", marks=pytest.mark.slow),
         pytest.param("phi3", "default", "prefill_fixed", marks=pytest.mark.slow),
@@ -121,6 +122,16 @@ def test_config_maps_each_family_feature(checkpoints):
     )
     assert arch["olmo3"].layers == (local, local, local, LayerConfig())
     assert arch["olmo3"].position.options.theta == 10000.0
+    gemma = arch["gemma3"]
+    assert gemma.layers == (local, LayerConfig()) and gemma.tie_embeddings
+    assert (gemma.norm_placement, gemma.mlp, gemma.qk_norm, gemma.qk_norm_scope) == (
+        "sandwich",
+        "geglu",
+        True,
+        "head",
+    )
+    assert gemma.scale_embedding and gemma.norm_zero_centred
+    assert (gemma.attention_scale_dim, gemma.logit_softcap, gemma.d_head) == (12.0, 3.0, 16)
     yarn = read_config(checkpoints("llama", "yarn").folder)
     rope = yarn.model.position.options
     assert (rope.scaling, rope.factor, yarn.train_length) == ("yarn", 4.0, ORIGINAL)

@@ -1,6 +1,8 @@
 """Families rope_lab cannot compute are refused in one line naming the file, the model_type
-and every feature of the checkpoint rope_lab lacks (`rope_lab.hf.refusals`); configs written
-by transformers' own config classes."""
+and every feature of the checkpoint rope_lab lacks (`rope_lab.hf.refusals`); what rope_lab
+cannot compute of a Gemma 3 config is refused naming the key, and its older flat rope fields
+are read as transformers reads them (`rope_lab.hf.gemma`); configs written by transformers'
+own config classes."""
 
 from __future__ import annotations
 
@@ -42,19 +44,49 @@ def test_cohere2_names_its_parallel_block_logit_scale_and_interleaved_rotary():
     )
 
 
-def test_gemma3_names_sandwich_norms_embedding_scale_geglu_and_its_query_scalar():
-    got = _refusal(_config("Gemma3TextConfig", head_dim=8, query_pre_attn_scalar=16))
-    assert got == (
-        "c/config.json: model_type 'gemma3_text' is not supported; rope_lab lacks: sandwich "
-        "norms (model_type: pre_feedforward_layernorm, post_feedforward_layernorm); embedding "
-        "scaled by sqrt(hidden_size 32); GeGLU MLP (hidden_activation 'gelu_pytorch_tanh'; "
-        "rope_lab has SwiGLU); query_pre_attn_scalar 16 (logits scaled by 1/sqrt of it, not of "
-        "head_dim 8)"
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        (
+            {"use_bidirectional_attention": True},
+            "c/config.json: use_bidirectional_attention true is not supported (rope_lab's "
+            "attention is causal)",
+        ),
+        (
+            {"hidden_activation": "gelu"},
+            "c/config.json: hidden_activation 'gelu' is not supported (GeGLU with "
+            "gelu_pytorch_tanh)",
+        ),
+    ],
+)
+def test_gemma3_refuses_by_name_what_rope_lab_cannot_compute(fields, match):
+    assert _refusal(_config("Gemma3TextConfig", head_dim=8, **fields)) == match
+
+
+def test_gemma3_is_no_longer_refused_but_cohere2_is():
+    from rope_lab.hf.refusals import REFUSED
+
+    assert REFUSED == ("cohere2",)
+    model = from_hf_dict(_config("Gemma3TextConfig", head_dim=8)).model
+    assert (model.norm_placement, model.mlp, model.norm_zero_centred) == ("sandwich", "geglu", True)
+
+
+def test_gemma3_older_flat_rope_fields_fill_in_the_layer_types_as_transformers_does():
+    """rope_scaling acts on the full layers, rope_theta is their base, rope_local_base_freq the
+    sliding layers' (an unscaled RoPE); the default layout is five sliding layers of six."""
+    cfg = {**SMALL, "model_type": "gemma3_text", "head_dim": 8, "num_hidden_layers": 6,
+           "max_position_embeddings": 64, "rope_theta": 1000.0, "rope_local_base_freq": 50.0,
+           "rope_scaling": {"rope_type": "linear", "factor": 2.0}, "sliding_window": 5}  # fmt: skip
+    model = from_hf_dict(cfg).model
+    full = model.position.options
+    assert (full.theta, full.scaling, full.factor) == (1000.0, "linear", 2.0)
+    sliding = model.layers[0]
+    assert (sliding.window, sliding.eval_scaling) == (5, False)
+    assert sliding.position.options.theta == 50.0
+    assert sliding.position.options.scaling == "default"
+    assert [layer.window for layer in model.layers] == [5] * 5 + [None]
+    bad = {**cfg, "rope_parameters": {"rope_type": "default"}}
+    assert _refusal(bad).startswith(
+        "c/config.json: rope_parameters must hold one JSON object per layer type "
+        "(full_attention, sliding_attention)"
     )
-    capped = _refusal(
-        _config(
-            "Gemma3TextConfig", head_dim=8, query_pre_attn_scalar=8, final_logit_softcapping=30.0
-        )
-    )
-    assert "query_pre_attn_scalar" not in capped
-    assert capped.endswith("; rope_lab has SwiGLU); final_logit_softcapping 30")

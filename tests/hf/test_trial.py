@@ -37,10 +37,11 @@ def test_the_checkpoint_decides_architecture_vocabulary_and_length(checkpoints):
     assert cfg.model.init.hf == str(folder)
 
 
-@pytest.mark.parametrize("family", ["llama", "smollm3", "olmo3"])
+@pytest.mark.parametrize("family", ["llama", "smollm3", "olmo3", "gemma3"])
 def test_the_trials_model_is_the_checkpoint(checkpoints, family):
-    """Layouts (SmolLM3's NoPE layers, OLMo 3's sliding layers with their own rope base) and
-    OLMo's post-norm block pass the trial's checks and build the checkpoint's model."""
+    """Layouts (SmolLM3's NoPE layers, OLMo 3's sliding layers with their own rope base),
+    OLMo's post-norm block and Gemma 3's sandwich block pass the trial's checks and build the
+    checkpoint's model."""
     folder = checkpoints(family).folder
     cfg = _trial(folder)
     ours = jax.tree.leaves(eqx.filter(make_model(cfg), eqx.is_array))
@@ -50,7 +51,7 @@ def test_the_trials_model_is_the_checkpoint(checkpoints, family):
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("family", ["mistral", "olmo3"])
+@pytest.mark.parametrize("family", ["mistral", "olmo3", "gemma3"])
 def test_the_written_config_reads_back_to_the_same_trial(checkpoints, tmp_path, family):
     """A finished trial's config.yaml (architecture filled in) is the same trial again, so a
     rerun finds it."""

@@ -86,13 +86,13 @@ class CNNConfig(FamilyConfig):
 
     def cost(self, model, vocab_size, length):
         """Parameters: embedding V D, per layer a convolution k D^2 (a Linear over the k taps
-        concatenated, no bias), the MLP c D M (c = 3 for SwiGLU, else 2) and two norms (2 D
+        concatenated, no bias), the MLP c D M (c = 3 for SwiGLU or GeGLU, else 2) and two norms (2 D
         each for LayerNorm, D for RMSNorm), a final norm, the readout D V. Every weight but the
         embedding is a matmul weight applied once per position (the convolution's zero-padded
         taps included), so forward FLOPs = 2 x matmul weights x L, linear in L."""
         d, v = model.width, vocab_size
         norm = 2 * d if model.norm == "layernorm" else d
-        mlp = (3 if model.mlp == "swiglu" else 2) * d * model.d_mlp
+        mlp = (3 if model.gated_mlp else 2) * d * model.d_mlp
         matmul = model.depth * (self.kernel_size * d * d + mlp) + d * v
         n_params = v * d + matmul + model.depth * 2 * norm + norm
         return {
