@@ -126,13 +126,17 @@ class RayRunner:
             }
             if address is None and not os.environ.get("RAY_ADDRESS"):
                 self._local = LocalRay(ray, **init)  # loopback only, reaped with the driver
-                # an in-process cluster never grows: a task it cannot fit waits
-                fits(resources, ray.cluster_resources())
             else:  # a cluster: its addresses are what its owner configured
                 ray.init(address=address, **init)
-        if processes > 1:  # the largest placement group of the sweep (rope_lab.trial.placement)
-            bundle = {"CPU": resources.num_cpus, "GPU": resources.num_gpus}
-            check_cluster(processes, bundle, ray.cluster_resources())
+        try:
+            if self._local is not None:  # it never grows: a task it cannot fit waits
+                fits(resources, ray.cluster_resources())
+            if processes > 1:  # the sweep's largest placement group (rope_lab.trial.placement)
+                bundle = {"CPU": resources.num_cpus, "GPU": resources.num_gpus}
+                check_cluster(processes, bundle, ray.cluster_resources())
+        except ConfigError:
+            self.shutdown()  # nothing of Ray left behind by a sweep refused before work
+            raise
         # Resources go to ray.remote itself, not .options(): only then does a GPU task get a
         # fresh worker process each time, so JAX's device memory is released between trials.
         # The environment goes with each task, so it applies on a cluster started by anyone.

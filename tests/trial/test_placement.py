@@ -93,6 +93,26 @@ def _groups_left() -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.ray
+def test_runner_refuses_more_bundles_than_the_cluster_before_work(monkeypatch) -> None:
+    """A sweep whose largest trial reserves more CPUs than the in-process cluster has: one line
+    from the runner before any task, and Ray is shut down again."""
+    import ray
+
+    from rope_lab.sweep.runner import RayRunner
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    cores = float(os.cpu_count() or 1)
+    with pytest.raises(
+        ConfigError,
+        match=rf"^train\.processes: 9 processes reserve 9 bundles of \{{CPU: {cores:g}, GPU: 0\}} "
+        rf"\({9 * cores:g} CPU\) but the Ray cluster has {cores:g} CPU$",
+    ):
+        RayRunner(Resources(num_cpus=cores, num_gpus=0), max_retries=0, processes=9)
+    assert not ray.is_initialized()
+
+
+@pytest.mark.slow
+@pytest.mark.ray
 def test_two_processes_in_a_placement_group_train_as_one(runner, tmp_path: Path) -> None:
     """The train stage as a Ray task with train.processes 2: the group's two members give the
     loss curve of one process (rtol 1e-5), and the group is removed afterwards."""
