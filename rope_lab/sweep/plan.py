@@ -304,7 +304,8 @@ def trial_devices(trial: TrialConfig, resources: Resources) -> dict:
     GPUs it asked for, one GPU for a share, None for every local device of a CPU worker);
     `sharded`: parameters and optimiser state split over them (`train.shard_params`, FSDP);
     `processes`: the JAX processes training spans (`train.processes`; each has
-    `train.devices` CPU devices, default 1, and `train_devices` counts them all);
+    `train.devices` CPU devices, default 1, and `train_devices` counts them all; under Ray each
+    process has a placement-group bundle of `resources`, `rope_lab.trial.placement`);
     `problem`: why the trial cannot train as asked (None when it can)."""
     gpus = resources.num_gpus
     visible = None if gpus == 0 else max(1, int(gpus))  # a share sees one GPU
@@ -318,8 +319,6 @@ def trial_devices(trial: TrialConfig, resources: Resources) -> dict:
         train_devices = processes * (asked or 1)
         if gpus > 0:
             problem = problem or "train.processes > 1 trains on CPU devices only (GPUs not wired)"
-        elif processes > resources.num_cpus:
-            problem = f"train.processes {processes} > resources.num_cpus {resources.num_cpus:g}"
     if trial.train.shard_params and train_devices == 1:
         problem = problem or "shard_params over one device splits nothing"
     return {

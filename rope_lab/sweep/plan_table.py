@@ -14,6 +14,7 @@ from rope_lab.runtime.device_share import memory_fraction
 from rope_lab.sweep.plan import estimate_cost, train_memory, trial_devices
 from rope_lab.sweep.spec import Resources, SweepSpec, axis_assignments, format_value
 from rope_lab.trial.packing import plan_packs
+from rope_lab.trial.placement import bundle_text, strategy
 
 
 def _device_cells(devices: dict) -> list[str]:
@@ -130,7 +131,8 @@ def plan_table(spec: SweepSpec, flops_per_s: float = 20e9) -> str:
     return "\n".join(
         [
             intro, line(header), rule, *map(line, rows), rule, line(total),
-            _resources_line(spec.resources, spec.pack_seeds), *problems, *_packing(packs),
+            _resources_line(spec.resources, spec.pack_seeds), *_bundles_line(spec),
+            *problems, *_packing(packs),
             *(f"warning: {w}" for w in spec.warnings),
         ]
     )  # fmt: skip
@@ -152,6 +154,20 @@ def _resources_line(resources: Resources, packing: bool) -> str:
     return text + (
         "; a pack trains its seeds in one task, on one task's resources" if packing else ""
     )
+
+
+def _bundles_line(spec: SweepSpec) -> list[str]:
+    """For trials of several processes, the placement group each reserves on Ray: N bundles of
+    the task's resources (`rope_lab.trial.placement`); none when every trial is one process."""
+    counts = sorted({t.train.processes for t in spec.trials if t.train.processes > 1})
+    if not counts:
+        return []
+    bundle = bundle_text({"CPU": spec.resources.num_cpus, "GPU": spec.resources.num_gpus})
+    groups = ", ".join(f"{n} bundles of {bundle}" for n in counts)
+    return [
+        f"placement: on Ray a train stage of train.processes N reserves a placement group "
+        f"({strategy()}): {groups}"
+    ]
 
 
 def _packing(packs: list) -> list[str]:

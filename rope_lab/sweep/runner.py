@@ -43,6 +43,7 @@ from rope_lab.trial.pipeline import (
     run_stage,
     stage_dir,
 )
+from rope_lab.trial.placement import STRATEGY_ENV, check_cluster, strategy
 from rope_lab.trial.stage_plan import eval_stages, trial_stages
 
 
@@ -104,8 +105,16 @@ def fits(resources: Resources, cluster: dict[str, float]) -> None:
 class RayRunner:
     """Ray core tasks with per-trial resources; a crashed worker is retried `max_retries` times."""
 
-    def __init__(self, resources: Resources, max_retries: int, address: str | None = None):
+    def __init__(
+        self,
+        resources: Resources,
+        max_retries: int,
+        address: str | None = None,
+        processes: int = 1,
+    ):
         import ray
+
+        placing = {STRATEGY_ENV: strategy()}  # a bad strategy named before Ray starts
 
         self._ray = ray
         self._local: LocalRay | None = None
@@ -117,10 +126,17 @@ class RayRunner:
             }
             if address is None and not os.environ.get("RAY_ADDRESS"):
                 self._local = LocalRay(ray, **init)  # loopback only, reaped with the driver
-                # an in-process cluster never grows: a task it cannot fit waits
-                fits(resources, ray.cluster_resources())
             else:  # a cluster: its addresses are what its owner configured
                 ray.init(address=address, **init)
+        try:
+            if self._local is not None:  # it never grows: a task it cannot fit waits
+                fits(resources, ray.cluster_resources())
+            if processes > 1:  # the sweep's largest placement group (rope_lab.trial.placement)
+                bundle = {"CPU": resources.num_cpus, "GPU": resources.num_gpus}
+                check_cluster(processes, bundle, ray.cluster_resources())
+        except ConfigError:
+            self.shutdown()  # nothing of Ray left behind by a sweep refused before work
+            raise
         # Resources go to ray.remote itself, not .options(): only then does a GPU task get a
         # fresh worker process each time, so JAX's device memory is released between trials.
         # The environment goes with each task, so it applies on a cluster started by anyone.
@@ -129,7 +145,7 @@ class RayRunner:
             num_gpus=resources.num_gpus,
             max_retries=max_retries,
             retry_exceptions=False,
-            runtime_env={"env_vars": {**worker_env(), **device_env(resources.num_gpus)}},
+            runtime_env={"env_vars": {**worker_env(), **device_env(resources.num_gpus), **placing}},
         )(_call)
 
     def submit(self, fn: Callable[..., dict], *args: Any) -> Any:
@@ -297,7 +313,12 @@ def run_sweep(
     backend: Runner = (
         SerialRunner()
         if runner == "serial"
-        else RayRunner(spec.resources, spec.max_retries, address)
+        else RayRunner(
+            spec.resources,
+            spec.max_retries,
+            address,
+            max(t.train.processes for t in todo),
+        )
     )
     states = {t.trial_id: TrialState(t) for t in todo}
     handles: dict[Any, tuple[tuple[str, ...], str, float]] = {}  # task -> trials, stage, time

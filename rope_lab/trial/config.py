@@ -213,8 +213,8 @@ def check_train(cfg: TrialConfig) -> None:
 
 
 def check_processes(cfg: TrialConfig) -> None:
-    """`train.processes`: at least 1; with more, the batch splits over every process's devices
-    and NTK tracking (which runs in one process) is off."""
+    """`train.processes`: at least 1; with more, the batch splits over every process's
+    devices."""
     tr = cfg.train
     check_positive(tr.processes, "train.processes")
     if tr.processes == 1:
@@ -224,11 +224,6 @@ def check_processes(cfg: TrialConfig) -> None:
         raise ConfigError(
             f"train.batch_size: {tr.batch_size} is not divisible by the {devices} devices of "
             f"train.processes={tr.processes} x train.devices={tr.devices or 1}"
-        )
-    if cfg.ntk.enabled:
-        raise ConfigError(
-            f"train.processes: {tr.processes} processes need ntk.enabled: false "
-            "(NTK tracking runs in one process)"
         )
 
 

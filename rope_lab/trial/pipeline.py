@@ -209,9 +209,9 @@ def _work(cfg: TrialConfig, run_dir: Path, stage: Stage, tracking: dict | None) 
     from rope_lab.trial import stage_work
 
     if stage.is_train and cfg.train.processes > 1:
-        from rope_lab.trial.processes import run_train_processes
+        from rope_lab.trial.processes import launcher_here
 
-        return run_train_processes(cfg, run_dir, tracking)
+        return launcher_here().run(cfg, run_dir, tracking)
     if stage.is_train:
         if tracking is None:  # the call an untracked trial has always made
             return stage_work.train_stage(cfg, run_dir)

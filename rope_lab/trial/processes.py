@@ -18,6 +18,12 @@ peer vanished mid-step is stopped by the driver (and by JAX's heartbeat after
 
 Per-process devices: on CPU each worker gets `train.devices` host devices (default 1). The
 coordinator port is a free one the driver picks, or `$ROPE_LAB_COORDINATOR_PORT`.
+
+The stage asks `launcher_here` for a `Launcher`: these local subprocesses (`LocalLauncher`),
+inside a Ray task a placement group across the cluster's nodes running the same workers
+(`rope_lab.trial.placement`), or under `srun` this very process as one member
+(`from_slurm`, `python -m rope_lab.trial.processes --from-slurm TRIAL_YAML RUN_DIR`;
+`rope_lab.trial.slurm_env`).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+from typing import Protocol
 
 from rope_lab.config import TrialConfig, from_dict, to_dict
 from rope_lab.typed import ConfigError
@@ -115,6 +122,66 @@ def _stop(workers: list[subprocess.Popen]) -> None:
             proc.wait()
 
 
+class Launcher(Protocol):
+    """Starts the `train.processes` members of one trial's train stage and waits for them."""
+
+    def run(self, cfg: TrialConfig, run_dir: Path, tracking: dict | None) -> dict:
+        """Worker 0's stage result; WorkerFailed naming the first member that failed."""
+        ...
+
+
+class LocalLauncher:
+    """The members as subprocesses of this process, on this machine (`run_train_processes`)."""
+
+    def run(self, cfg: TrialConfig, run_dir: Path, tracking: dict | None) -> dict:
+        """`run_train_processes`."""
+        return run_train_processes(cfg, run_dir, tracking)
+
+
+class InPlaceLauncher:
+    """This process as member `process_id` (a Slurm task, `from_slurm`): joins the others and
+    trains here."""
+
+    def __init__(self, coordinator: str, processes: int, process_id: int):
+        self.coordinator, self.processes, self.process_id = coordinator, processes, process_id
+
+    def run(self, cfg: TrialConfig, run_dir: Path, tracking: dict | None) -> dict:
+        """This member's train stage result (member 0 writes the trial's files)."""
+        join(self.coordinator, self.processes, self.process_id, cfg.train.devices or 1)
+        from rope_lab.trial.stage_work import train_stage
+
+        return train_stage(cfg, run_dir)
+
+
+_in_place: InPlaceLauncher | None = None  # set by `from_slurm` for this process's stage
+
+
+def launcher_here() -> Launcher:
+    """A Slurm task's own process (`from_slurm`); inside a Ray task, a placement group on its
+    cluster (`rope_lab.trial.placement`, each bundle what the task itself was given);
+    elsewhere, local subprocesses."""
+    if _in_place is not None:
+        return _in_place
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized() and ray.get_runtime_context().get_task_id():
+        from rope_lab.trial.placement import PlacementLauncher
+
+        return PlacementLauncher.for_this_task()
+    return LocalLauncher()
+
+
+def member_argv(work: Path, run_dir: Path, coordinator: str, n: int, k: int) -> list[str]:
+    """The command line of member k of n (`work` holds its config.json)."""
+    argv = [sys.executable, "-m", "rope_lab.trial.processes", str(work)]
+    return [*argv, str(Path(run_dir).absolute()), coordinator, str(n), str(k)]
+
+
+def failure_message(work: Path, k: int, n: int, code: int) -> str:
+    """`process k of n exited with code C (SIGNAL)` and the member's reason (`work`: its
+    folder, with its error or stderr file)."""
+    return f"process {k} of {n} exited with code {code}{_signal_name(code)}:\n" + _reason(work, k)
+
+
 def run_train_processes(
     cfg: TrialConfig, run_dir: Path, tracking: dict | None = None, *, poll_s: float = 0.1
 ) -> dict:
@@ -132,8 +199,7 @@ def run_train_processes(
         codes: list[int | None] = []
         try:
             for k in range(n):
-                argv = [sys.executable, "-m", "rope_lab.trial.processes", str(work)]
-                argv += [str(Path(run_dir).absolute()), f"127.0.0.1:{port}", str(n), str(k)]
+                argv = member_argv(work, run_dir, f"127.0.0.1:{port}", n, k)
                 with open(work / f"stderr_{k}.txt", "wb") as err:
                     workers.append(subprocess.Popen(argv, stdout=err, stderr=err))
             while True:
@@ -145,10 +211,7 @@ def run_train_processes(
             _stop(workers)
         for k, code in enumerate(codes):  # the first to fail, not those stopped after it
             if code:
-                raise WorkerFailed(
-                    f"process {k} of {n} exited with code {code}{_signal_name(code)}:\n"
-                    + _reason(work, k)
-                )
+                raise WorkerFailed(failure_message(work, k, n, code))
         return dict(json.loads((work / "result.json").read_text()))
 
 
@@ -203,7 +266,48 @@ def _worker(work: Path, run_dir: Path, coordinator: str, processes: int, process
         (work / "result.json").write_text(json.dumps(result))
 
 
-if __name__ == "__main__":
+def from_slurm(trial_file: str, run_dir: str, env: dict[str, str]) -> dict:
+    """One `srun` task of a multi-process trial (`rope_lab.trial.slurm_env`): task 0 runs the
+    train stage under the pipeline's lease (done.json; evaluation is a later `rope-lab train`),
+    the others join it as members. ConfigError when the task count is not `train.processes`."""
+    global _in_place
+    from rope_lab.config import load_trial
+    from rope_lab.trial.slurm_env import slurm_task
+
+    task = slurm_task(env)
+    cfg = load_trial(trial_file)
+    if cfg.train.processes != task.processes:
+        raise ConfigError(
+            f"train.processes: {cfg.train.processes} in {trial_file} but SLURM_NTASKS is "
+            f"{task.processes}"
+        )
+    _in_place = InPlaceLauncher(task.coordinator, task.processes, task.process_id)
+    if task.process_id > 0:
+        return _in_place.run(cfg, Path(run_dir), None)
+    from rope_lab.trial.pipeline import run_train_stage
+
+    return run_train_stage(to_dict(cfg), run_dir)
+
+
+def _slurm_main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m rope_lab.trial.processes --from-slurm TRIAL_YAML RUN_DIR")
+        return 2
+    # The pipeline looks the launcher up in the imported module, not this `__main__`.
+    from rope_lab.trial import processes
+
+    try:
+        result = processes.from_slurm(argv[0], argv[1], dict(os.environ))
+    except ConfigError as err:
+        print(f"rope-lab: error: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps({"status": result.get("status"), "error": result.get("error")}))
+    return 0 if result.get("status") in (None, "done") else 1
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--from-slurm"]:
+    sys.exit(_slurm_main(sys.argv[2:]))
+elif __name__ == "__main__":
     folder, run, address, count, index = sys.argv[1:6]
     try:
         _worker(Path(folder), Path(run), address, int(count), int(index))

@@ -36,12 +36,24 @@ from rope_lab.trial.ensemble import train_packed
 from rope_lab.trial.evaluate import evaluate_model
 from rope_lab.trial.finetune import finetune_and_evaluate
 from rope_lab.trial.packing import mismatch
-from rope_lab.trial.parallel import resolve_devices
+from rope_lab.trial.parallel import resolve_devices, to_default_device
 from rope_lab.trial.pipeline import CONFIG_FILE, MODEL_FILE
 from rope_lab.trial.processes import is_writer
 from rope_lab.trial.scaling_plan import same_frequencies, scalings_for
 from rope_lab.trial.stage_plan import Stage, decoded_scalings
 from rope_lab.trial.train import init_state, train
+
+
+def _measured_once(measure: Callable[[Any], None]) -> Callable[[Any], None]:
+    """The NTK hook of a trial of several processes: every process gathers the model whole onto
+    its first device (a collective), process 0 alone measures and writes the rows."""
+
+    def once(state: Any) -> None:
+        model = to_default_device(state.model)
+        if is_writer():
+            measure(dataclasses.replace(state, model=model))
+
+    return once
 
 
 class _TrainJob:
@@ -98,7 +110,8 @@ class _TrainJob:
                     hook, self.tracker = tracking_hook(
                         cfg, task, rows_to, folder=self.folder, done_steps=self.start
                     )
-                self.hooks.insert(0, dataclasses.replace(hook, fn=_timed(phases, "ntk", hook.fn)))
+                measure = hook.fn if cfg.train.processes == 1 else _measured_once(hook.fn)
+                self.hooks.insert(0, dataclasses.replace(hook, fn=_timed(phases, "ntk", measure)))
         except BaseException:
             self.__exit__()
             raise

@@ -326,8 +326,9 @@ def test_plan_shows_devices_shares_and_packs() -> None:
 
 
 def test_plan_shows_the_processes_a_trial_trains_over() -> None:
-    """`train.processes` in the DP cell (all processes' devices, then the processes); a trial
-    asking for more processes than the CPUs its task gets, or for GPUs, is listed."""
+    """`train.processes` in the DP cell (all processes' devices, then the processes) and the
+    placement group it reserves on Ray (N bundles of the task's resources); a trial asking for
+    GPUs is listed."""
 
     def plan(processes: int, **resources: float) -> str:
         base = BASE | {"ntk": {"enabled": False}}
@@ -337,9 +338,14 @@ def test_plan_shows_the_processes_a_trial_trains_over() -> None:
     text = plan(2, num_cpus=2)
     assert set(_cells(text, ("GPU", "DP")).values()) == {("0", "2 (2 proc)")}
     assert "!" not in text
+    assert (
+        "placement: on Ray a train stage of train.processes N reserves a placement group "
+        "(PACK): 2 bundles of {CPU: 2, GPU: 0}"
+    ) in text.splitlines()
     text = plan(4)
-    assert set(_cells(text, ("DP",)).values()) == {("4 (4 proc) !",)}
-    assert "train.processes 4 > resources.num_cpus 1" in text
+    assert set(_cells(text, ("DP",)).values()) == {("4 (4 proc)",)}
+    assert "(PACK): 4 bundles of {CPU: 1, GPU: 0}" in text
+    assert "placement" not in plan(1)
     assert "train.processes > 1 trains on CPU devices only" in plan(2, num_cpus=2, num_gpus=1)
 
 

@@ -1,0 +1,158 @@
+"""A multi-process train stage under Ray: a placement group of one bundle per process.
+
+The pure checks pin what is refused before any work (a strategy Ray does not have, more bundles
+than the cluster holds) and the launcher chosen outside Ray. The slow tests run the train stage
+as a task of the sweep's `RayRunner` on the in-process cluster: two processes placed by the
+group give the one-process losses, and a member killed mid-training fails the stage naming it,
+with its placement group removed and no worker left.
+"""
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rope_lab.config import ConfigError, replace, to_dict
+from rope_lab.results import read_trial_table, trial_dir
+from rope_lab.sweep.spec import Resources
+from rope_lab.trial import placement
+from rope_lab.trial.processes import LocalLauncher, launcher_here
+from tests.helpers import tiny_trial
+
+
+def _cfg(**changes: object):
+    base = tiny_trial("rope", steps=12, checkpoint_every=6)
+    return replace(base, **{"ntk.enabled": False, "train.log_every": 1, **changes})
+
+
+def test_cluster_and_strategy_checks(monkeypatch) -> None:
+    """N bundles over the cluster's total of a resource, and an unknown strategy, are one line
+    each; a group that fits passes; outside a Ray task the launcher is local."""
+    with pytest.raises(
+        ConfigError,
+        match=r"^train\.processes: 3 processes reserve 3 bundles of \{CPU: 1, GPU: 0\} "
+        r"\(3 CPU\) but the Ray cluster has 2 CPU$",
+    ):
+        placement.check_cluster(3, {"CPU": 1.0, "GPU": 0.0}, {"CPU": 2.0})
+    with pytest.raises(ConfigError, match=r"\(1 GPU\) but the Ray cluster has 0 GPU$"):
+        placement.check_cluster(2, {"CPU": 1.0, "GPU": 0.5}, {"CPU": 8.0})
+    placement.check_cluster(2, {"CPU": 1.0, "GPU": 0.0}, {"CPU": 2.0})
+    assert placement.strategy() == "PACK"
+    monkeypatch.setenv(placement.STRATEGY_ENV, "spread")
+    with pytest.raises(
+        ConfigError,
+        match=r"^ROPE_LAB_PLACEMENT_STRATEGY: 'spread' is not one of PACK, SPREAD, STRICT_PACK, "
+        r"STRICT_SPREAD$",
+    ):
+        placement.strategy()
+    monkeypatch.setenv(placement.STRATEGY_ENV, "SPREAD")
+    assert placement.strategy() == "SPREAD"
+    assert isinstance(launcher_here(), LocalLauncher)
+
+
+def _members(folder: Path) -> list[list[str]]:
+    """Command lines of the train workers writing under `folder` (children of Ray workers)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().decode().split("\0")[:-1]
+        except (OSError, UnicodeDecodeError):
+            continue
+        if "rope_lab.trial.processes" in argv and any(str(folder) in a for a in argv):
+            found.append([entry.name, *argv])
+    return found
+
+
+@pytest.fixture
+def runner(monkeypatch):
+    from rope_lab.sweep.runner import RayRunner
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("ROPE_LAB_COMPILE_CACHE", "0")
+    backend = RayRunner(Resources(num_cpus=1, num_gpus=0), max_retries=0, processes=2)
+    yield backend
+    backend.shutdown()
+
+
+def _stage(runner, cfg, run_dir: Path) -> dict:
+    from rope_lab.trial.pipeline import run_train_stage
+
+    handle = runner.submit(run_train_stage, to_dict(cfg), str(run_dir))
+    return runner.wait([handle])[1]
+
+
+def _groups_left() -> list[str]:
+    import ray
+
+    table = ray.util.placement_group_table()
+    return [g["state"] for g in table.values() if g["state"] != "REMOVED"]
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_runner_refuses_more_bundles_than_the_cluster_before_work(monkeypatch) -> None:
+    """A sweep whose largest trial reserves more CPUs than the in-process cluster has: one line
+    from the runner before any task, and Ray is shut down again."""
+    import ray
+
+    from rope_lab.sweep.runner import RayRunner
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    cores = float(os.cpu_count() or 1)
+    with pytest.raises(
+        ConfigError,
+        match=rf"^train\.processes: 9 processes reserve 9 bundles of \{{CPU: {cores:g}, GPU: 0\}} "
+        rf"\({9 * cores:g} CPU\) but the Ray cluster has {cores:g} CPU$",
+    ):
+        RayRunner(Resources(num_cpus=cores, num_gpus=0), max_retries=0, processes=9)
+    assert not ray.is_initialized()
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_two_processes_in_a_placement_group_train_as_one(runner, tmp_path: Path) -> None:
+    """The train stage as a Ray task with train.processes 2: the group's two members give the
+    loss curve of one process (rtol 1e-5), and the group is removed afterwards."""
+    curves = {}
+    for n in (1, 2):
+        cfg = _cfg(**{"train.processes": n})
+        result = _stage(runner, cfg, tmp_path / str(n))
+        assert result["status"] == "done", result
+        assert result["tokens_seen"] == 12 * 8 * 16
+        folder = trial_dir(tmp_path / str(n), cfg.trial_id)
+        curves[n] = read_trial_table(folder, "train").sort("step")["loss"].to_numpy()
+    assert len(curves[2]) == 12
+    np.testing.assert_allclose(curves[2], curves[1], rtol=1e-5)
+    assert not np.array_equal(curves[2], np.full(12, curves[2][0]))  # it trains
+    assert _groups_left() == []
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_a_killed_member_fails_the_stage_naming_it(runner, tmp_path: Path) -> None:
+    """Member 1's worker killed mid-training: the stage fails within 30 s with `process 1 of 2
+    exited with code -9 (SIGKILL)`, no member's worker is left and the group is removed."""
+    cfg = _cfg(**{"train.processes": 2, "train.steps": 100_000, "train.checkpoint_every": 0})
+    from rope_lab.trial.pipeline import run_train_stage
+
+    handle = runner.submit(run_train_stage, to_dict(cfg), str(tmp_path))
+    deadline = time.monotonic() + 120
+    while len(_members(tmp_path)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    members = _members(tmp_path)
+    assert sorted(m[-1] for m in members) == ["0", "1"]
+    time.sleep(5)  # both in the training loop
+    os.kill(int(next(m[0] for m in members if m[-1] == "1")), signal.SIGKILL)
+    start = time.monotonic()
+    result = runner.wait([handle])[1]
+    assert time.monotonic() - start < 30
+    assert result["status"] == "failed"
+    assert "WorkerFailed: process 1 of 2 exited with code -9 (SIGKILL)" in result["error"]
+    deadline = time.monotonic() + 15
+    while _members(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _members(tmp_path) == []
+    assert _groups_left() == []
