@@ -48,7 +48,7 @@ class MatchConfig:
     first) or a loss in nats. The search trains the twin from initialisation at `lr_factors` x
     `train.lr` in turn, each for up to `max_steps_factor` x `train.steps` steps under its own
     warmup-cosine schedule, measuring the in-range loss (the eval stage's batches at L_train)
-    every `train.log_every` steps; it keeps the first model within `tolerance` nats above the
+    every `train.log_every` steps; it keeps the first model within `tolerance` nats of the
     target, else the closest one seen, and records its lr, steps, loss and the target."""
 
     target: str | float | None = identity(None)
@@ -241,10 +241,17 @@ def check_train(cfg: TrialConfig) -> None:
 
 
 def check_match(cfg: TrialConfig) -> None:
-    """`train.match`: only on a lazy trial trained by one process; a target `network` or a
-    positive loss; at least one positive lr factor; `max_steps_factor` >= 1; `tolerance` >= 0."""
+    """`train.match`: at its defaults without a target; else only on a lazy trial trained by
+    one process without NTK tracking, a target `network` or a positive loss, at least one
+    positive lr factor, `max_steps_factor` >= 1 and `tolerance` >= 0."""
     match, tr = cfg.train.match, cfg.train
     if match.target is None:
+        for f in dataclasses.fields(match):
+            if getattr(match, f.name) != f.default:  # an unused setting would move the id
+                raise ConfigError(
+                    f"train.match.{f.name}: set without train.match.target; a trial that does "
+                    "not search leaves train.match at its defaults"
+                )
         return
     if tr.regime != "lazy":
         raise ConfigError(

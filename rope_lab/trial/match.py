@@ -6,9 +6,11 @@ instead searches: for each factor of `train.match.lr_factors` in turn, the twin 
 initialisation at factor x `train.lr` for up to `max_steps_factor` x `train.steps` steps (its
 own warmup-cosine schedule over that many), and every `train.log_every` steps its in-range loss
 is measured (`in_range_loss`: the eval stage's batches at L_train, so it equals the eval table's
-loss at 1x of the model kept). The search stops at the first measurement within `tolerance` of
-the target (loss <= target + tolerance); when none is, it keeps the lowest loss seen. The kept
-model is the trial's `model.eqx`, which every later stage evaluates.
+loss at 1x of the model kept). A factor's run ends at its first measurement <= target +
+`tolerance` (training further only moves away) and keeps its measurement closest to the
+target; the search ends at the first factor whose kept loss is within `tolerance` of the target
+(reached), else it keeps the closest over all factors. The kept model is the trial's
+`model.eqx`, which every later stage evaluates.
 
 The target is a loss in nats, or `network`: the in-range loss of the rich sibling
 (`rope_lab.trial.config.rich_sibling`) measured the same way from its `model.eqx`, which must
@@ -56,8 +58,9 @@ class SiblingMissing(ConfigError):
 
 @dataclass
 class Outcome:
-    """One lr factor's run: its lr, the step and loss of its lowest in-range loss, whether that
-    reached the target (within the tolerance), its measurements and train rows up to its end."""
+    """One lr factor's run: its lr, the step and in-range loss of its measurement closest to the
+    target, whether that is within the tolerance of it (reached), its measurements (step,
+    loss) and its train rows up to the kept step."""
 
     factor: float
     lr: float
@@ -117,16 +120,22 @@ def _write(folder: Path, outcomes: list[Outcome], target: float) -> None:
     atomic_write_text(folder / SEARCH_DIR / SEARCH_FILE, json.dumps(data))
 
 
-def _best(outcomes: list[Outcome]) -> Outcome:
-    """The reached outcome (the search stops at it), else the lowest loss (the first on ties)."""
-    return next((o for o in outcomes if o.reached), min(outcomes, key=lambda o: o.loss))
+def _best(outcomes: list[Outcome], target: float) -> Outcome:
+    """The reached outcome (the search stops at it), else the one closest to `target` (the
+    first on ties)."""
+    return next((o for o in outcomes if o.reached), min(outcomes, key=lambda o: _gap(o, target)))
+
+
+def _gap(outcome: Outcome, target: float) -> float:
+    return abs(outcome.loss - target)
 
 
 def _run_factor(
     cfg: TrialConfig, task: Task, factor: float, target: float
 ) -> tuple[Outcome, Any, TrainResult]:
     """Train the twin from initialisation at `factor` x lr, measuring every log_every steps,
-    until it reaches target + tolerance or its steps end; its outcome and lowest-loss model."""
+    until a measurement is <= target + tolerance or its steps end; its outcome and the model of
+    its measurement closest to the target."""
     tr, match = cfg.train, cfg.train.match
     total = max(tr.steps, math.ceil(match.max_steps_factor * tr.steps))
     lr = factor * tr.lr
@@ -136,13 +145,16 @@ def _run_factor(
     def measure(state: StepState) -> None:
         loss = in_range_loss(state.model, task, cfg)
         found.measured.append((state.step, loss))
-        if loss < found.loss:
+        if abs(loss - target) < _gap(found, target):
             found.steps, found.loss = state.step, loss
             kept["model"] = _copy(state.model)
-        found.reached = found.reached or loss <= target + match.tolerance
+        found.reached = _gap(found, target) <= match.tolerance
+
+    def done(_: int) -> bool:
+        return bool(found.measured) and found.measured[-1][1] <= target + match.tolerance
 
     hook = Hook(every=tr.log_every, fn=measure)
-    result = train(cfg, steps=total, lr=lr, hooks=[hook], stop=lambda _: found.reached)
+    result = train(cfg, steps=total, lr=lr, hooks=[hook], stop=done)
     found.history = [r for r in result.history if r["step"] <= found.steps]
     return found, kept.get("model"), result
 
@@ -160,11 +172,13 @@ def search(cfg: TrialConfig, task: Task, run_dir: Path) -> tuple[Any, Outcome, f
         if any(o.reached for o in outcomes):
             break
         outcome, model, _ = _run_factor(cfg, task, factor, target)
-        if model is not None and (not outcomes or outcome.loss < _best(outcomes).loss):
+        if model is not None and (
+            not outcomes or _gap(outcome, target) < _gap(_best(outcomes, target), target)
+        ):
             save_model(best_path, model)
         outcomes.append(outcome)
         _write(folder, outcomes, target)
-    chosen = _best(outcomes)
+    chosen = _best(outcomes, target)
     if not best_path.is_file():
         raise RuntimeError("train.match: no finite in-range loss at any lr factor")
     return load_model(best_path, make_model(cfg)), chosen, target

@@ -71,22 +71,36 @@ def test_an_unreachable_target_keeps_the_lowest_loss_after_every_factor(tmp_path
 
 @pytest.mark.slow
 def test_a_reachable_target_stops_at_the_first_measurement_within_tolerance(tmp_path):
-    """The target is set between the first factor's first and last measured loss: the search
-    stops in that factor at the first measurement <= target + tolerance, records it, and runs
-    no second factor."""
+    """The target is the first factor's loss at its second measurement (step 4; the first is
+    higher): the search stops there, keeps that model within the tolerance, records factor 1's
+    lr and runs no second factor."""
     probe = twin(0.01, lr_factors=(1.0,))
     task = task_from_config(probe.task)
     _, seen, _ = match.search(probe, task, tmp_path / "probe")
     losses = [loss for _, loss in seen.measured]
-    assert losses[-1] < losses[0]  # it learns
-    target = (losses[0] + losses[-1]) / 2
-    cfg = twin(target, tolerance=0.0)
+    assert losses[1] < losses[0]  # it learns by step 4
+    cfg = twin(losses[1], tolerance=1e-6)
     _, chosen, _ = match.search(cfg, task, tmp_path)
-    first = next(s for s, loss in seen.measured if loss <= target)
-    assert chosen.reached and chosen.loss <= target + cfg.train.match.tolerance
-    assert chosen.steps == first and chosen.lr in [f * cfg.train.lr for f in FACTORS]
+    assert chosen.reached and chosen.loss <= losses[1] + cfg.train.match.tolerance
+    assert chosen.steps == 4 and chosen.lr == pytest.approx(cfg.train.lr)
+    assert chosen.lr in [f * cfg.train.lr for f in FACTORS]
     outcomes, _ = match._read(trial_dir(tmp_path, cfg.trial_id))
-    assert len(outcomes) == 1 and outcomes[0].measured[-1][0] == first  # stopped there
+    assert len(outcomes) == 1 and [s for s, _ in outcomes[0].measured] == [2, 4]  # stopped
+
+
+@pytest.mark.slow
+def test_an_overshooting_measurement_keeps_the_one_closest_to_the_target(tmp_path):
+    """A target just below the step-2 loss, tolerance 0: step 2 is above it, step 4 far below
+    (<= target, so the run stops); the kept model is whichever is closer, and not reached."""
+    probe = twin(0.01, lr_factors=(1.0,))
+    task = task_from_config(probe.task)
+    _, seen, _ = match.search(probe, task, tmp_path / "probe")
+    (_, first), (_, second) = seen.measured[:2]
+    target = first - 1e-4
+    cfg = twin(target, lr_factors=(1.0,), tolerance=0.0)
+    _, chosen, _ = match.search(cfg, task, tmp_path)
+    expected = min((first, second), key=lambda loss: abs(loss - target))
+    assert chosen.loss == pytest.approx(expected) and not chosen.reached
 
 
 def test_the_rich_sibling_differs_only_in_regime_and_its_id_is_the_rich_trials():
@@ -179,6 +193,8 @@ def test_yaml_target_is_network_or_a_number():
                                  "loss in nats"),
         ({"target": -1.0}, "train.match.target: must be > 0, got -1.0"),
         ({"max_steps_factor": 0.5}, "train.match.max_steps_factor: must be >= 1, got 0.5"),
+        ({"target": None, "tolerance": 0.05}, "train.match.tolerance: set without "
+         "train.match.target; a trial that does not search leaves train.match at its defaults"),
         ({"ntk": True}, "ntk.enabled: the train.match search tracks no NTK; a matched trial "
                         "needs false"),
     ],
@@ -200,7 +216,9 @@ def test_bad_match_settings_are_refused_naming_the_key(changes, message):
     assert str(err.value) == message
 
 
-def test_lowest_loss_choice_ignores_non_finite_losses():
+def test_the_choice_is_the_closest_to_the_target_and_ignores_non_finite_losses():
     outs = [match.Outcome(1.0, 1e-3, 2, math.inf, False), match.Outcome(3.0, 3e-3, 4, 2.0, False)]
-    assert match._best(outs).factor == 3.0
+    assert match._best(outs, 1.0).factor == 3.0
+    close = [match.Outcome(1.0, 1e-3, 2, 1.5, False), match.Outcome(3.0, 3e-3, 4, 0.6, False)]
+    assert match._best(close, 1.0).factor == 3.0 and match._best(close, 1.2).factor == 1.0
     assert np.isinf(outs[0].loss)
