@@ -193,7 +193,7 @@ def test_yaml_target_is_network_or_a_number():
                                  "loss in nats"),
         ({"target": -1.0}, "train.match.target: must be > 0, got -1.0"),
         ({"max_steps_factor": 0.5}, "train.match.max_steps_factor: must be >= 1, got 0.5"),
-        ({"target": None, "tolerance": 0.05}, "train.match.tolerance: set without "
+        ({"target": None}, "train.match.lr_factors: set without "
          "train.match.target; a trial that does not search leaves train.match at its defaults"),
         ({"ntk": True}, "ntk.enabled: the train.match search tracks no NTK; a matched trial "
                         "needs false"),
