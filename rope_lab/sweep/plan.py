@@ -210,8 +210,9 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
     draws = 1 + len(ev.depths)  # each needle depth of `eval.depths` draws its own batches
     eval_seqs = {n: draws * eval_sequences(trial, n) for n in trial.eval_lengths}
     train_steps = search_steps(trial)
-    # a search measures its in-range loss every log_every steps, as trained
-    measured = train_steps // tr.log_every if tr.match.target is not None else 0
+    # a search measures its in-range loss every `measure_every` steps, as trained
+    every = tr.match.every(tr.log_every)
+    measured = train_steps // every if tr.match.target is not None else 0
     measure_seqs = measured * eval_sequences(trial, tr.length)
     as_trained = position_sets(trial, scalings_for(trial)[0])
     train_seqs, ft_seqs = train_steps * tr.batch_size, finetune * tr.batch_size

@@ -48,13 +48,20 @@ class MatchConfig:
     first) or a loss in nats. The search trains the twin from initialisation at `lr_factors` x
     `train.lr` in turn, each for up to `max_steps_factor` x `train.steps` steps under its own
     warmup-cosine schedule, measuring the in-range loss (the eval stage's batches at L_train)
-    every `train.log_every` steps; it keeps the first model within `tolerance` nats of the
-    target, else the closest one seen, and records its lr, steps, loss and the target."""
+    every `measure_every` steps (null: `train.log_every`; the finer, the less a run can step
+    past the tolerance band between two measurements); it keeps the first model within
+    `tolerance` nats of the target, else the closest one seen, and records its lr, steps, loss
+    and the target."""
 
     target: str | float | None = identity(None)
     lr_factors: tuple[float, ...] = identity((1.0, 3.0, 10.0))
     max_steps_factor: float = identity(4.0)
     tolerance: float = identity(0.02)
+    measure_every: int | None = identity(None)
+
+    def every(self, log_every: int) -> int:
+        """Steps between two in-range measurements of the search."""
+        return log_every if self.measure_every is None else self.measure_every
 
 
 @dataclass(frozen=True)
@@ -274,6 +281,7 @@ def check_match(cfg: TrialConfig) -> None:
             f"train.match.max_steps_factor: must be >= 1, got {match.max_steps_factor!r}"
         )
     check_positive(match.tolerance, "train.match.tolerance", allow_zero=True)
+    check_positive(match.measure_every, "train.match.measure_every")
     if tr.processes != 1:
         raise ConfigError(
             f"train.processes: the train.match search runs in one process, got {tr.processes}"

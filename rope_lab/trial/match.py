@@ -4,13 +4,13 @@ A twin trained for its network's steps ends far above the network's loss at L_tr
 rise past L_train compares an almost untrained function with a trained one. A matched trial
 instead searches: for each factor of `train.match.lr_factors` in turn, the twin trains from
 initialisation at factor x `train.lr` for up to `max_steps_factor` x `train.steps` steps (its
-own warmup-cosine schedule over that many), and every `train.log_every` steps its in-range loss
-is measured (`in_range_loss`: the eval stage's batches at L_train, so it equals the eval table's
-loss at 1x of the model kept). A factor's run ends at its first measurement <= target +
-`tolerance` (training further only moves away) and keeps its measurement closest to the
-target; the search ends at the first factor whose kept loss is within `tolerance` of the target
-(reached), else it keeps the closest over all factors. The kept model is the trial's
-`model.eqx`, which every later stage evaluates.
+own warmup-cosine schedule over that many), and every `measure_every` steps (default
+`train.log_every`) its in-range loss is measured (`in_range_loss`: the eval stage's batches
+at L_train, so it equals the eval table's loss at 1x of the model kept). A factor's run ends
+at its first measurement <= target + `tolerance` (training further only moves away) and keeps
+its measurement closest to the target; the search ends at the first factor whose kept loss is
+within `tolerance` of the target (reached), else it keeps the closest over all factors. The
+kept model is the trial's `model.eqx`, which every later stage evaluates.
 
 The target is a loss in nats, or `network`: the in-range loss of the rich sibling
 (`rope_lab.trial.config.rich_sibling`) measured the same way from its `model.eqx`, which must
@@ -153,7 +153,7 @@ def _run_factor(
     def done(_: int) -> bool:
         return bool(found.measured) and found.measured[-1][1] <= target + match.tolerance
 
-    hook = Hook(every=tr.log_every, fn=measure)
+    hook = Hook(every=match.every(tr.log_every), fn=measure)
     result = train(cfg, steps=total, lr=lr, hooks=[hook], stop=done)
     found.history = [r for r in result.history if r["step"] <= found.steps]
     return found, kept.get("model"), result

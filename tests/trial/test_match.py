@@ -192,6 +192,7 @@ def test_yaml_target_is_network_or_a_number():
         ({"target": "networks"}, "train.match.target: unknown 'networks'; allowed: network or a "
                                  "loss in nats"),
         ({"target": -1.0}, "train.match.target: must be > 0, got -1.0"),
+        ({"measure_every": 0}, "train.match.measure_every: must be > 0, got 0"),
         ({"max_steps_factor": 0.5}, "train.match.max_steps_factor: must be >= 1, got 0.5"),
         ({"target": None}, "train.match.lr_factors: set without "
          "train.match.target; a trial that does not search leaves train.match at its defaults"),
@@ -204,7 +205,7 @@ def test_bad_match_settings_are_refused_naming_the_key(changes, message):
     fields = {
         k: v
         for k, v in changes.items()
-        if k in ("lr_factors", "tolerance", "target", "max_steps_factor")
+        if k in ("lr_factors", "tolerance", "target", "max_steps_factor", "measure_every")
     }
     edits = {"train.match": dataclasses.replace(cfg.train.match, **fields)}
     if "regime" in changes:
