@@ -16,6 +16,7 @@ Every float (of every section, variant and parameter mapping) must be finite: na
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import math
@@ -220,6 +221,13 @@ def _params_to_plain(value: Any) -> Any:
     return value
 
 
+def _union_choices(tp: Any) -> list[Any]:
+    """The non-None members of a union hint (`[tp]` for any other hint)."""
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        return [a for a in typing.get_args(tp) if a is not type(None)]
+    return [tp]
+
+
 def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
     if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -245,6 +253,13 @@ def _coerce(value: Any, tp: Any, path: str, infinite: bool = False) -> Any:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{path}: expected a mapping of parameters, got {value!r}")
         return freeze(value)
+    choices = _union_choices(tp)
+    if len(choices) > 1 and value is not None:  # `str | float`: the first type that takes it
+        for choice in choices:
+            with contextlib.suppress(ConfigError):
+                return _coerce(value, choice, path, infinite)
+        names = " or ".join(getattr(c, "__name__", str(c)) for c in choices)
+        raise ConfigError(f"{path}: expected {names}, got {value!r}")
     tp, optional = _unwrap_optional(tp)
     if value is None:
         if optional:

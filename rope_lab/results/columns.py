@@ -70,6 +70,8 @@ def _is_instance(value: Any) -> bool:
 def _column_value(hint: Any, value: Any) -> Any:
     if isinstance(value, tuple | list | set | frozenset) and _hint_dtype(hint) == pl.String():
         return _to_json(value)  # declared as a JSON column (e.g. a bare `tuple` hint)
+    if _hint_dtype(hint) == pl.String() and isinstance(value, int | float):
+        return str(value)  # a union such as `str | float` is one String column
     return _scalarize(value)
 
 

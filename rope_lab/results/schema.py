@@ -85,6 +85,12 @@ TRIALS_SCHEMA: Final = pl.Schema(
         # less embedding, readout, learned position table; null in runs written before it
         "n_params_non_embedding": pl.Int64(),
         "tokens_seen": pl.Int64(),
+        # a `train.match` trial's search (`rope_lab.trial.match`); null for every other trial
+        "match_target": pl.Float64(),
+        "match_loss": pl.Float64(),
+        "match_lr": pl.Float64(),
+        "match_steps": pl.Int64(),
+        "match_reached": pl.Boolean(),
         "started_at": pl.Datetime("us", "UTC"),
         "finished_at": pl.Datetime("us", "UTC"),
     }

@@ -186,6 +186,8 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
     `eval.depths` every pass runs once more per depth.
     total_flops = train + fine-tune + eval + NTK. stages: `n_stages`.
     Periodic hooks other than the NTK tracking are not counted.
+    A `train.match` trial counts its search's worst case (`search_steps`: every lr factor run
+    to its last step) and its in-range measurements as evaluation at L_train.
     A lazy trial (`train.regime: lazy`) runs one `jax.jvp` of the network per forward and the
     transpose of that jvp per backward, so its train, fine-tune and NTK FLOPs are counted
     x LAZY_STEP (a gradient pass through the jvp) and its eval FLOPs x LAZY_FORWARD, factors
@@ -211,7 +213,13 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
     passes = [position_sets(trial, s) for s in scalings_for(trial)] + [s for _, s in ft_runs]
     draws = 1 + len(ev.depths)  # each needle depth of `eval.depths` draws its own batches
     eval_seqs = {n: draws * eval_sequences(trial, n) for n in trial.eval_lengths}
-    train_seqs, ft_seqs = tr.steps * tr.batch_size, finetune * tr.batch_size
+    train_steps = search_steps(trial)
+    # a search measures its in-range loss every `measure_every` steps, as trained
+    every = tr.match.every(tr.log_every)
+    measured = train_steps // every if tr.match.target is not None else 0
+    measure_seqs = measured * eval_sequences(trial, tr.length)
+    as_trained = position_sets(trial, scalings_for(trial)[0])
+    train_seqs, ft_seqs = train_steps * tr.batch_size, finetune * tr.batch_size
     cost = {
         "n_params": n_params,
         "n_params_non_embedding": non_embedding,
@@ -221,10 +229,12 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
         "train_flops": 3 * train_seqs * forward_flops(trial, tr.length),
         "finetune_tokens": ft_seqs * sum(n for n, _ in ft_runs),
         "finetune_flops": 3 * ft_seqs * sum(forward_flops(trial, n, s) for n, s in ft_runs),
-        "eval_tokens": len(passes) * sum(k * n for n, k in eval_seqs.items()),
+        "eval_tokens": len(passes) * sum(k * n for n, k in eval_seqs.items())
+        + measure_seqs * tr.length,
         "eval_flops": sum(
             k * forward_flops(trial, n, s) for s in passes for n, k in eval_seqs.items()
-        ),
+        )
+        + measure_seqs * forward_flops(trial, tr.length, as_trained),
         "ntk_flops": ntk_flops(trial) + nngp_flops(trial),
         "receptive_field": m.receptive_field or 0,
         **_memory(trial, n_params, family_cost is None),
@@ -242,6 +252,15 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
         cost["train_flops"] + cost["finetune_flops"] + cost["eval_flops"] + cost["ntk_flops"]
     )
     return cost
+
+
+def search_steps(trial: TrialConfig) -> int:
+    """Train steps a trial runs at most: `train.steps`, or for a `train.match` search every lr
+    factor run for ceil(max_steps_factor x steps) (`rope_lab.trial.match`)."""
+    tr = trial.train
+    if tr.match.target is None:
+        return tr.steps
+    return len(tr.match.lr_factors) * max(tr.steps, math.ceil(tr.match.max_steps_factor * tr.steps))
 
 
 def _memory(trial: TrialConfig, n_params: int, attention: bool) -> dict[str, int]:

@@ -34,6 +34,7 @@ from rope_lab.runtime.local_ray import LocalRay
 from rope_lab.sweep.spec import Resources, SweepSpec
 from rope_lab.tracking.config import for_workers
 from rope_lab.tracking.runs import from_plain
+from rope_lab.trial.config import rich_sibling
 from rope_lab.trial.packing import Pack, plan_packs
 from rope_lab.trial.pipeline import (
     TRAIN_STAGE,
@@ -375,11 +376,25 @@ def run_sweep(
         if progress and not bar.tty:
             bar.show()
 
+    # matched twins (`train.match.target: network`) whose rich sibling in this sweep has not
+    # trained yet, by the sibling's trial id: their train stage starts when the sibling's ends
+    waiting: dict[str, list[TrialConfig]] = {}
+
+    def sibling_to_wait_for(t: TrialConfig) -> str | None:
+        if t.train.match.target != "network":
+            return None
+        sibling = rich_sibling(t).trial_id
+        if sibling in states and finished_stage(states[sibling].cfg, TRAIN_STAGE) is None:
+            return sibling
+        return None
+
     ended: set[str] = set()
     try:
         packed = {t.trial_id for p in packs if p.packed for t in p.trials}
         for t in todo:  # trained before: their evaluation stages start at once
-            if t.trial_id not in packed:
+            if (sibling := sibling_to_wait_for(t)) is not None:
+                waiting.setdefault(sibling, []).append(t)
+            elif t.trial_id not in packed:
                 run(t, TRAIN_STAGE)
                 finish_if_ended(t.trial_id)
         for pack in packs:
@@ -409,6 +424,9 @@ def run_sweep(
                 warn(own.get("tracking_warnings", []))
                 if stage == TRAIN_STAGE:
                     after_train(state.cfg, own)
+                    for twin in waiting.pop(trial_id, []):
+                        run(twin, TRAIN_STAGE)
+                        finish_if_ended(twin.trial_id)
                 bar.running = len(handles)
                 finish_if_ended(trial_id)
     except KeyboardInterrupt:

@@ -3,6 +3,7 @@ their checks (`check_train`, `check_eval`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,33 @@ SCALING_KEYS = (
 )
 
 
+MATCH_TARGETS = ("network",)  # `train.match.target` names besides a loss in nats
+
+
+@dataclass(frozen=True)
+class MatchConfig:
+    """`train.match`: train a lazy twin to a target in-range loss instead of for `train.steps`
+    (`rope_lab.trial.match`). `target`: null (off), `network` (the in-range loss of the rich
+    trial equal to this one but for `train.regime`, `rich_sibling`, which must have trained
+    first) or a loss in nats. The search trains the twin from initialisation at `lr_factors` x
+    `train.lr` in turn, each for up to `max_steps_factor` x `train.steps` steps under its own
+    warmup-cosine schedule, measuring the in-range loss (the eval stage's batches at L_train)
+    every `measure_every` steps (null: `train.log_every`; the finer, the less a run can step
+    past the tolerance band between two measurements); it keeps the first model within
+    `tolerance` nats of the target, else the closest one seen, and records its lr, steps, loss
+    and the target."""
+
+    target: str | float | None = identity(None)
+    lr_factors: tuple[float, ...] = identity((1.0, 3.0, 10.0))
+    max_steps_factor: float = identity(4.0)
+    tolerance: float = identity(0.02)
+    measure_every: int | None = identity(None)
+
+    def every(self, log_every: int) -> int:
+        """Steps between two in-range measurements of the search."""
+        return log_every if self.measure_every is None else self.measure_every
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """AdamW with linear warmup and cosine decay; `length` is L_train.
@@ -56,6 +84,7 @@ class TrainConfig:
     `regime`: `rich` trains the network; `lazy` trains its first-order Taylor expansion around
     initialisation, f(theta_0) + J(theta_0)(theta - theta_0) (`rope_lab.model.lazy`), with the
     same data, loss, optimiser and schedule (weight decay on theta, pulling it towards 0).
+    `match`: train a lazy twin to a target in-range loss (`MatchConfig`); off by default.
     `remat`: rematerialisation of the Transformer's blocks in the train step (REMAT): `none`
     keeps every activation for the backward; `block` keeps each block's input and recomputes
     the rest; `dots` keeps the dense layers' matmul outputs. The same numbers to float
@@ -84,6 +113,11 @@ class TrainConfig:
     pose_chunks: int = identity(2, neutral=2, label=Label(" PoSE chunks {}"))
     regime: str = identity("rich", neutral="rich", label=Label(" +lazy", when="lazy"))
     remat: str = execution("none")
+    match: MatchConfig = identity(
+        MatchConfig(),
+        neutral=MatchConfig(),
+        label=Unlabelled("a matched twin is its network's lazy variant; its trials row says how"),
+    )
 
 
 @dataclass(frozen=True)
@@ -210,6 +244,59 @@ def check_train(cfg: TrialConfig) -> None:
         raise ConfigError(f"train.min_lr_ratio: must be in [0, 1], got {tr.min_lr_ratio!r}")
     check_regime(cfg)
     check_remat(cfg)
+    check_match(cfg)
+
+
+def check_match(cfg: TrialConfig) -> None:
+    """`train.match`: at its defaults without a target; else only on a lazy trial trained by
+    one process without NTK tracking, a target `network` or a positive loss, at least one
+    positive lr factor, `max_steps_factor` >= 1 and `tolerance` >= 0."""
+    match, tr = cfg.train.match, cfg.train
+    if match.target is None:
+        for f in dataclasses.fields(match):
+            if getattr(match, f.name) != f.default:  # an unused setting would move the id
+                raise ConfigError(
+                    f"train.match.{f.name}: set without train.match.target; a trial that does "
+                    "not search leaves train.match at its defaults"
+                )
+        return
+    if tr.regime != "lazy":
+        raise ConfigError(
+            f"train.match.target: matching trains a lazy twin; train.regime={tr.regime!r} "
+            "needs no target"
+        )
+    if isinstance(match.target, str) and match.target not in MATCH_TARGETS:
+        raise ConfigError(
+            f"train.match.target: unknown {match.target!r}; allowed: "
+            f"{', '.join(MATCH_TARGETS)} or a loss in nats"
+        )
+    if not isinstance(match.target, str):
+        check_positive(match.target, "train.match.target")
+    if not match.lr_factors:
+        raise ConfigError("train.match.lr_factors: empty; the search needs at least one factor")
+    for i, factor in enumerate(match.lr_factors):
+        check_positive(factor, f"train.match.lr_factors[{i}]")
+    if match.max_steps_factor < 1:
+        raise ConfigError(
+            f"train.match.max_steps_factor: must be >= 1, got {match.max_steps_factor!r}"
+        )
+    check_positive(match.tolerance, "train.match.tolerance", allow_zero=True)
+    check_positive(match.measure_every, "train.match.measure_every")
+    if tr.processes != 1:
+        raise ConfigError(
+            f"train.processes: the train.match search runs in one process, got {tr.processes}"
+        )
+    if cfg.ntk.enabled:
+        raise ConfigError(
+            "ntk.enabled: the train.match search tracks no NTK; a matched trial needs false"
+        )
+
+
+def rich_sibling(cfg: TrialConfig) -> TrialConfig:
+    """The rich trial `cfg` is matched against: `cfg` with `train.regime: rich` and no
+    `train.match` (the same model, task, data, optimiser and eval config)."""
+    train = dataclasses.replace(cfg.train, regime="rich", match=MatchConfig())
+    return dataclasses.replace(cfg, train=train)
 
 
 def check_processes(cfg: TrialConfig) -> None:

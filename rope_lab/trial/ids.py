@@ -66,14 +66,18 @@ def execution_fields(cls: type, prefix: str = "") -> tuple[str, ...]:
 # The sections that decide the trained model (and its NTK trajectory); `eval` is not one: the
 # evaluation and extension stages are keyed by their own fields (`rope_lab.trial.stage_plan`).
 TRAINING_SECTIONS = ("model", "task", "train", "ntk")
+# The eval fields that draw the in-range batches a `train.match` search measures its loss on
+# (`rope_lab.trial.match`): part of a matched trial's hash.
+MATCH_EVAL_KEYS = ("batches", "batch_size", "seed", "text_protocol", "text_stride")
 
 
 def training_hash(cfg: TrialConfig, n: int = 10) -> str:
     """`config_hash` of what trains a trial's model: the TRAINING_SECTIONS, plus the position
     table's length (`max_length`, which the eval lengths can set) when an encoding of the model
-    is `sized_by_length` (a learned table), and the task's `data_identity` when it has one (a
-    prepared corpus' fingerprint). Specs differing only in evaluation, scalings or fine-tunes
-    share the trained model."""
+    is `sized_by_length` (a learned table), the MATCH_EVAL_KEYS of `eval` when `train.match`
+    searches (it stops on losses measured on those batches), and the task's `data_identity`
+    when it has one (a prepared corpus' fingerprint). Specs differing only in evaluation,
+    scalings or fine-tunes share the trained model (a matched trial's batches aside)."""
     full = to_dict(cfg, identity_only=True)
     data: dict[str, Any] = {section: full[section] for section in TRAINING_SECTIONS}
     from rope_lab.registry import TASKS  # a task's data identity (a corpus' fingerprint)
@@ -81,6 +85,8 @@ def training_hash(cfg: TrialConfig, n: int = 10) -> str:
     identity = TASKS[cfg.task.name].from_kwargs(**thaw(cfg.task.params)).data_identity()
     if identity is not None:
         data["data"] = identity
+    if cfg.train.match.target is not None:  # the search measures loss on the eval batches
+        data["match_batches"] = {k: full["eval"].get(k) for k in MATCH_EVAL_KEYS}
     m = cfg.model
     if any(m.layer_position(layer).options.sized_by_length for layer in m.pattern):
         data["table_length"] = cfg.max_length

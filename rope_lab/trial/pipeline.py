@@ -82,7 +82,15 @@ STAGES_DIR = "stages"
 TRAIN_STAGE = TRAIN
 CONFIG_FILE = "config.yaml"
 ERROR_FILE = "error.txt"  # the failed stages' tracebacks, as in the trials row's `error`
-FINISHED = ("done", "diverged")  # stage statuses that are results (a done.json is written)
+FINISHED = ("done", "diverged")
+# the trials-row columns a `train.match` train stage's result carries (`rope_lab.trial.match`)
+MATCH_COLUMNS = (
+    "match_target",
+    "match_loss",
+    "match_lr",
+    "match_steps",
+    "match_reached",
+)  # stage statuses that are results (a done.json is written)
 
 
 def stage_dir(run_dir: str | Path, trial_id: str, stage: str) -> Path:
@@ -335,6 +343,7 @@ def finish_trial(
         "n_params": train.get("n_params"),
         "n_params_non_embedding": train.get("n_params_non_embedding"),
         "tokens_seen": train.get("tokens_seen"),
+        **{name: train.get(name) for name in MATCH_COLUMNS},
         "started_at": stamp("started_at", min),
         "finished_at": stamp("finished_at", max),
     }

@@ -30,6 +30,7 @@ from rope_lab.tasks import task_from_config
 from rope_lab.tracking.config import TrackingConfig
 from rope_lab.tracking.runs import TrialTracker
 from rope_lab.tracking.trial_logs import ntk_sink, train_hook
+from rope_lab.trial import match
 from rope_lab.trial.checkpoint import TrialCheckpointer, load_model, save_model
 from rope_lab.trial.decode_eval import decode_rows
 from rope_lab.trial.ensemble import train_packed
@@ -174,9 +175,37 @@ def _train_alone(job: _TrainJob) -> dict:
     return job.finish(result)
 
 
+def _train_matched(cfg: TrialConfig, run_dir: Path, phases: Phases) -> dict:
+    """The train stage of a `train.match` trial: the search (`rope_lab.trial.match`), the
+    kept run's train rows and model written, its `match_columns` in the result."""
+    folder = trial_dir(run_dir, cfg.trial_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(folder / CONFIG_FILE, yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    with phases.phase("train"):
+        model, outcome, target = match.search(cfg, task_from_config(cfg.task), run_dir)
+    with phases.phase("io"):
+        if outcome.history:
+            append_rows(folder, "train", outcome.history, segment=f"train_{outcome.steps:08d}")
+        save_model(folder / MODEL_FILE, model)
+    return {
+        "status": "done",
+        "n_params": count_params(model),
+        "n_params_non_embedding": count_non_embedding_params(model),
+        "tokens_seen": outcome.steps * cfg.train.batch_size * cfg.train.length,
+        "resumed_from": 0,
+        "final_loss": outcome.history[-1]["loss"] if outcome.history else None,
+        "ntk_time_s": 0.0,
+        "train_time_s": phases.as_dict().get("train", 0.0),
+        **match.match_columns(outcome, target),
+    }
+
+
 def train_stage(cfg: TrialConfig, run_dir: Path, tracking: TrackingConfig | None = None) -> dict:
-    """The train stage of one trial (`pipeline.run_stage`), logging to `tracking`'s trackers."""
+    """The train stage of one trial (`pipeline.run_stage`), logging to `tracking`'s trackers;
+    a `train.match` trial runs its search instead (`_train_matched`, no trackers)."""
     phases = Phases()
+    if cfg.train.match.target is not None:
+        return _train_matched(cfg, run_dir, phases) | {"phases": phases.as_dict()}
     with _TrainJob(cfg, run_dir, phases, tracking) as job:
         out = _train_alone(job)
     return out | {"phases": phases.as_dict()}

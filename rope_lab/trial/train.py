@@ -180,6 +180,7 @@ def train(
     lr: float | None = None,
     data_seed: int | None = None,
     pose: bool | None = None,
+    stop: Callable[[int], bool] | None = None,
 ) -> TrainResult:
     """Train from `start_step` to `steps` (default cfg.train.steps) at `length` (default L_train).
 
@@ -189,6 +190,8 @@ def train(
     `train.devices` local devices (None: all); the returned model is on the first device.
     `pose`: PoSE positions when `train.pose_target_length` is set (None: unless `length` is
     overridden, since fine-tuning trains on contiguous positions at its own target length).
+    `stop(step)`, asked after each step's hooks, ends the run there when true (the schedule
+    stays that of `steps`; `rope_lab.trial.match` stops at a target loss).
     """
     tc = cfg.train
     pose = length is None if pose is None else pose
@@ -270,8 +273,10 @@ def train(
         for hook in hooks:
             if hook.due_after(done, total):
                 hook.fn(state(done))
+        if stop is not None and stop(done):
+            break
 
-    steps_done = done if diverged else total
+    steps_done = done
     return TrainResult(
         model=to_default_device(eqx.combine(params, static)),
         opt_state=opt_state,

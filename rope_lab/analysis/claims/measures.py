@@ -27,6 +27,11 @@ def _scoped(frame: pl.DataFrame, task: str, rows: pl.Expr | None) -> pl.DataFram
     return frame.filter(rows if rows is not None else pl.col("trained") & _no_finetune())
 
 
+def rows_at_train_length(ev: Evidence, task: str) -> pl.DataFrame:
+    """``task``'s whole-sequence rows as trained (no fine-tuning) at L_train."""
+    return _at_ratio(_scoped(ev.eval, task, None), 1.0)
+
+
 def _no_finetune() -> pl.Expr:
     return pl.col("finetune_steps").fill_null(0) == 0
 

@@ -37,7 +37,11 @@ from rope_lab.analysis.claims.kernels import (
     ntk_tasks,
     width_slopes,
 )
-from rope_lab.analysis.claims.measures import ratio_at_most, rise_past_train
+from rope_lab.analysis.claims.measures import (
+    ratio_at_most,
+    rise_past_train,
+    rows_at_train_length,
+)
 from rope_lab.analysis.curve_labels import LAZY_SUFFIX
 
 FAMILY = "model.family"
@@ -47,6 +51,7 @@ TAIL_METRIC = "tail_cos_mean"
 MOVEMENT_METRIC = "tail_movement"
 PREDICTION_METRIC = "kernel_prediction_error_init"
 MIN_ENCODINGS = 3  # a rank correlation over fewer says nothing
+MATCH_TOLERANCE = 0.02  # nats: pairs match at L_train within it (`train.match.tolerance`'s default)
 
 
 def _lazy_pairs(ev: Evidence, task: str) -> dict[str, str]:
@@ -159,6 +164,66 @@ def features_rescue_extrapolation(ev: Evidence, meta: Claim) -> list[Verdict]:
             scope = f"{task} @ {ratio:g}x: {rich}"
             if not all(arms.values()):
                 out.append(missing(meta, scope, "no rows past L_train"))
+                continue
+            out.append(judge_gap(ev, meta, scope, arms, "lazy", "rich"))
+    return out
+
+
+def _matched_pairs(ev: Evidence, task: str, rich: str, lazy: str) -> tuple[list, list, int]:
+    """(lazy trial ids, rich trial ids, unmatched count) of the pairs of ``lazy`` and ``rich``
+    trials equal but for ``train.regime`` and ``train.match`` whose losses at L_train differ by
+    at most the lazy trial's ``train.match.tolerance`` (MATCH_TOLERANCE without one)."""
+    rows = rows_at_train_length(ev, task)
+    same = [
+        c
+        for c in rows.columns
+        if c.startswith(("model.", "task.", "train."))
+        and not c.startswith(("train.regime", "train.match."))
+    ]
+    if "train.match.tolerance" in rows.columns:
+        tol = pl.col("train.match.tolerance").cast(pl.Float64).fill_null(MATCH_TOLERANCE)
+    else:
+        tol = pl.lit(MATCH_TOLERANCE)
+    side = rows.select(
+        [*same, "trial_id", "variant", pl.col("loss").cast(pl.Float64), tol.alias("tol")]
+    )
+    twins = side.filter(pl.col("variant") == lazy)
+    nets = side.filter(pl.col("variant") == rich).drop("variant", "tol")
+    pairs = twins.join(nets, on=same, how="inner", suffix="_rich", nulls_equal=True)
+    close = (pl.col("loss") - pl.col("loss_rich")).abs() <= pl.col("tol")
+    matched = pairs.filter(close)
+    unmatched = pairs.height - matched.height
+    return matched["trial_id"].to_list(), matched["trial_id_rich"].to_list(), unmatched
+
+
+@claim(
+    "features_rescue_extrapolation_matched",
+    statement=f"per encoding, over pairs whose losses at L_train match within the twin's "
+    f"train.match.tolerance, the network's loss rise past L_train (at the largest evaluated "
+    f"ratio <= {TAIL_RATIO:g}x) is smaller than its linearised twin's: effect = "
+    f"rise(lazy) - rise(network); unmatched pairs are counted in the scope, never judged",
+    source="source documents, exercise 6.6, with the twin trained to its network's in-range "
+    "loss (train.match) so the rise compares equally trained functions (docs/science.md)",
+    order=315,
+)
+def features_rescue_extrapolation_matched(ev: Evidence, meta: Claim) -> list[Verdict]:
+    """rise(lazy) - rise(rich) > 0 per task and plain encoding, matched pairs only."""
+    out = []
+    for task in ev.tasks():
+        ratio, pairs = _ratio(ev, task), _lazy_pairs(ev, task)
+        if ratio is None or not pairs:
+            out.append(missing(meta, task, "needs lazy and rich trials evaluated past L_train"))
+            continue
+        rise = rise_past_train(ev, task, ratio)
+        for rich, lazy in pairs.items():
+            twins, nets, unmatched = _matched_pairs(ev, task, rich, lazy)
+            scope = f"{task} @ {ratio:g}x: {rich} ({len(twins)} matched, {unmatched} unmatched)"
+            arms = {
+                "lazy": per_seed(rise.filter(pl.col("trial_id").is_in(twins))),
+                "rich": per_seed(rise.filter(pl.col("trial_id").is_in(nets))),
+            }
+            if not all(arms.values()):
+                out.append(missing(meta, scope, "no pair matched at L_train with rows past it"))
                 continue
             out.append(judge_gap(ev, meta, scope, arms, "lazy", "rich"))
     return out

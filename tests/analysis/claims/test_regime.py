@@ -173,3 +173,26 @@ def test_drift_claim_leaves_lazy_twins_out_and_calls_a_zero_drift_inconclusive()
     assert verdicts["copy: rope"].effect == pytest.approx(-0.5, abs=1e-6)
     assert verdicts["copy: alibi"].verdict == "inconclusive"
     assert "not positive" in verdicts["copy: alibi"].reason
+
+
+def test_matched_claim_judges_only_pairs_equal_at_train_length() -> None:
+    """Seeds 0 and 1: the twin's loss at L_train is within 0.02 of its network's (1.01 vs
+    1.00), its rise 0.5; seed 2: 1.5 vs 1.0, unmatched, rise 5.0. The matched claim's effect is
+    0.5 - 0.1 over seeds 0, 1 alone, and says 1 pair was left out; the plain claim pools all 3."""
+    rows = []
+    matched = {"train.regime": "lazy", "train.match.target": "network",
+               "train.match.tolerance": 0.02}  # fmt: skip
+    for s, (at_train, rise) in enumerate([(1.01, 0.5), (1.01, 0.5), (1.5, 5.0)]):
+        rows += trial_rows("rope", s, {1: at_train, 4: at_train + rise}, config=matched)
+        rows += trial_rows("rope", s, {1: 1.0, 4: 1.1}, config={"train.regime": "rich"})
+    ev = evidence(rows, [])
+    (v,) = judge(ev, ["features_rescue_extrapolation_matched"])
+    assert v.scope == "copy @ 4x: rope (2 matched, 1 unmatched)"
+    assert v.effect == pytest.approx(0.5 - 0.1) and v.seeds == 2
+    (plain,) = judge(ev, ["features_rescue_extrapolation"])
+    assert plain.effect == pytest.approx((0.5 + 0.5 + 5.0) / 3 - 0.1)
+    loose = [r if r["train.regime"] == "rich" else {**r, "train.match.tolerance": 0.001}
+             for r in rows]  # fmt: skip
+    (none,) = judge(evidence(loose, []), ["features_rescue_extrapolation_matched"])
+    assert none.scope == "copy @ 4x: rope (0 matched, 3 unmatched)"
+    assert none.verdict == "inconclusive" and "no pair matched" in none.reason
