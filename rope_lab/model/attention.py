@@ -69,7 +69,8 @@ def attend(
     log_decay: Float[Array, "*B H L"] | None = None,
 ) -> Float[Array, "*B H L Dh"]:
     """Causal attention outputs (*B, H, L, Dh) by `implementation` (see the module docstring),
-    computing what `variant` says (`attention_logits.Variant`: softmax, or softmax with sinks).
+    computing what `variant` says (`attention_logits.Variant`: softmax, with its prior logit if
+    any, or its normaliser).
     `log_decay` (*B, H, L): a forget gate's cumulative log gates c, adding c_i - c_j to the
     logit of each pair (FoX; reference and blocked only).
 
@@ -198,7 +199,7 @@ def attend_keys(
     q_decay: Float[Array, "H Lq"] | None = None,
     k_decay: Float[Array, "H Lk"] | None = None,
 ) -> Float[Array, "H Lq Dh"]:
-    """Exact softmax (or the variant's stick-breaking) attention of queries against given keys
+    """Exact softmax (or the variant's normaliser) attention of queries against given keys
     (a decoding cache, keys in sequence order) with an explicit visibility mask: the encoding's
     bias of the position values, the forget gates' decay (`q_decay`, `k_decay`: the cumulative
     log gates c of the queries and keys), its contextual term, the row scale, then the mask, as
@@ -230,12 +231,12 @@ def reference_attention(
     row_scale: Float[Array, "H L"] | None = None,
     log_decay: Float[Array, "H L"] | None = None,
 ) -> Float[Array, "H L Dh"]:
-    """Exact softmax (with `variant`'s prior logit; stick-breaking weights for a stick-breaking
-    variant, which hides each query's own key) per query block over its causal key prefix
-    (`memory.causal_blocks`), with the encoding's bias, the forget gates' decay (`log_decay`,
-    `attention_logits.with_decay`) and the contextual term (`contextual_bias` of each block's
-    logits). Under a remap q and k are (S, H, L, Dh), one rotation per position
-    set."""
+    """Exact softmax (with `variant`'s prior logit; the weights of its normaliser when one
+    replaces softmax, hiding each query's own key if it says so) per query block over its
+    causal key prefix (`memory.causal_blocks`), with the encoding's bias, the forget gates'
+    decay (`log_decay`, `attention_logits.with_decay`) and the contextual term
+    (`contextual_bias` of each block's logits). Under a remap q and k are (S, H, L, Dh), one
+    rotation per position set."""
     blocks = reference_weights(
         q,
         k,
@@ -278,7 +279,7 @@ def reference_weights(
         if log_decay is not None:
             bias = with_decay(bias, log_decay[:, start:stop], log_decay[:, :stop])
         choice = remap_choice(encoding, q_pos, k_pos)
-        ok = visibility(index[start:stop], index[:stop], window, variant.config.sees_own_key)
+        ok = visibility(index[start:stop], index[:stop], window, variant.own_key())
         rows = None if row_scale is None else row_scale[:, start:stop]
         qb, kb = q[..., start:stop, :], k[..., :stop, :]
         logits = block_logits(qb, kb, scale, bias, ok, rows, encoding, choice)

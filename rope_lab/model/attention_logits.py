@@ -41,6 +41,11 @@ class Variant(eqx.Module):
         """(H,) log of the extra mass in each row's normaliser, or None (plain softmax)."""
         return self.config.prior_logit(self.params)
 
+    def own_key(self) -> bool:
+        """Whether query i sees key i (its normaliser's say; softmax does)."""
+        normaliser = self.config.normaliser
+        return normaliser is None or normaliser.own_key
+
 
 SOFTMAX = Variant(Softmax())  # plain softmax: no parameters, no prior
 
@@ -55,34 +60,15 @@ def fused_refusal(variant: AttentionFnConfig) -> str:
 
 def row_weights(logits: Float[Array, "H Bq Bk"], variant: Variant) -> Float[Array, "H Bq Bk"]:
     """Attention weights of masked logits whose rows see all their keys: softmax, with the
-    variant's prior logit added to each row's normaliser when it has one, or stick-breaking
-    weights (`stick_weights`) for a stick-breaking variant."""
-    if variant.config.stick_breaking:
-        return stick_weights(logits)
+    variant's prior logit added to each row's normaliser when it has one, or the weights of
+    the variant's own normaliser (`AttentionFnConfig.normaliser`) when it replaces softmax."""
+    if variant.config.normaliser is not None:
+        return variant.config.normaliser.row_weights(logits)
     prior = variant.prior_logit()
     if prior is None:
         return jax.nn.softmax(logits, axis=-1)
     lse = jnp.logaddexp(jax.nn.logsumexp(logits, axis=-1), prior[:, None])
     return jnp.exp(logits - lse[..., None])
-
-
-def stick_weights(logits: Float[Array, "H Bq Bk"]) -> Float[Array, "H Bq Bk"]:
-    """Stick-breaking weights of masked logits, keys in sequence order, each row holding all
-    its visible keys: A_ij = sigmoid(z_ij) prod_{l > j} sigmoid(-z_il), in log space
-    (`log_stick_weights`). A masked logit (MASKED) has sigmoid 0: no weight, no break."""
-    return jnp.exp(log_stick_weights(logits, jnp.zeros(logits.shape[:-1], logits.dtype))[0])
-
-
-def log_stick_weights(
-    logits: Float[Array, "H Bq Bk"], kept: Float[Array, "H Bq"]
-) -> tuple[Float[Array, "H Bq Bk"], Float[Array, "H Bq"]]:
-    """log A_ij = log sigmoid(z_ij) + sum over the nearer keys l > j of log sigmoid(-z_il) of a
-    tile of masked logits, given each row's sum `kept` of log sigmoid(-z) over the keys after
-    the tile; and that sum with the tile's keys added. Every term is <= 0."""
-    log_keep = jax.nn.log_sigmoid(-logits)  # the share of the stick each key leaves
-    farther = jnp.concatenate([log_keep[..., 1:], jnp.zeros_like(log_keep[..., :1])], axis=-1)
-    nearer = jax.lax.cumsum(farther, axis=logits.ndim - 1, reverse=True) + kept[..., None]
-    return jax.nn.log_sigmoid(logits) + nearer, kept + log_keep.sum(-1)
 
 
 def visible_keys(length: int, window: int | None = None) -> Bool[Array, "L L"]:
@@ -197,12 +183,10 @@ __all__ = [
     "fused_refusal",
     "has_contextual",
     "has_remap",
-    "log_stick_weights",
     "per_set",
     "raw_logits",
     "remap_choice",
     "row_weights",
-    "stick_weights",
     "visibility",
     "visible_keys",
     "with_decay",

@@ -217,7 +217,7 @@ def decode_step(
                 q, kk = _rotate_heads(enc, q, kk, position[None], ordered_pos)
             # a windowed kind's ring buffer holds only its window: empty slots are all it hides
             visible = ordered_index >= 0
-            if not a.variant.config.sees_own_key:  # stick-breaking: keys before the query only
+            if not a.variant.own_key():  # a normaliser that reads only keys before the query
                 visible = visible & (ordered_index < n)
             rows = a.row_scale(position[None], kind, model.temperature, index=n[None])
             rows = None if rows is None else jnp.broadcast_to(rows, (a.heads, 1))

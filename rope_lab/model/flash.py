@@ -1,7 +1,7 @@
 """The blocked attention kernel: online softmax (flash) in (block x block) tiles.
 
 Per query block, a loop over key blocks carries the running max, normaliser and output; blocks
-wholly above the diagonal or outside the window are never visited (`_Plan.key_blocks`). A
+wholly above the diagonal or outside the window are never visited (`BlockPlan.key_blocks`). A
 custom VJP recomputes each block's logits from the saved per-row log-sum-exp, so training
 memory is linear in L as well as the forward. Bias parameters (KERPLE's r1, a T5 table) get
 their gradients through the encoding's own `bias`, block by block. A per-query `row_scale`
@@ -13,7 +13,8 @@ computes its S logits and keeps the set `encoding.remap_choice` names per pair, 
 backward pass sends each pair's dS to its set's dq and dk (`attention_logits.per_set`).
 `rope_lab.model.attention.attend` picks this kernel (`blocked`, or `auto` past the reference
 path's lengths); it cannot add a contextual term (CoPE), which needs a query's whole row.
-A stick-breaking variant runs its own tiles (`rope_lab.model.stick_breaking_kernel`).
+A variant whose `normaliser` replaces softmax runs its own kernel (`Normaliser.blocked`) on
+the padded sequence and this module's `BlockPlan`, reusing its tiling and bias helpers.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from rope_lab.model.positions.modules import PositionEncoding
 
 
 @dataclass(frozen=True)
-class _Plan:
+class BlockPlan:
     """Static layout of one blocked call: block size, number of blocks, scale, window, whether
     the encoding adds a bias, and the position sets of q and k (0: no remap)."""
 
@@ -104,13 +105,12 @@ def blocked_attention(
     one = positions[:1]
     has_bias = encoding is not None and jax.eval_shape(encoding.bias, one, one) is not None
     sets = q.shape[0] if q.ndim == 4 else 0
-    plan = _Plan(block, n_blocks, float(scale), window, has_bias, sets)
-    if variant.config.stick_breaking:  # deferred: that kernel builds on this module's tiles
-        from rope_lab.model.stick_breaking_kernel import stick_breaking_attention
-
-        out = stick_breaking_attention(q, k, v, encoding, row_scale, positions, plan)
-    else:
+    plan = BlockPlan(block, n_blocks, float(scale), window, has_bias, sets)
+    normaliser = variant.config.normaliser
+    if normaliser is None:
         out = _flash((q, k, v, encoding, row_scale, variant, log_decay), positions, plan)
+    else:
+        out = normaliser.blocked(q, k, v, encoding, row_scale, positions, plan)
     return out[:, :length]
 
 
@@ -120,35 +120,35 @@ def _pad(x: Array, pad: int, *, axis: int) -> Array:
     return jnp.pad(x, widths)
 
 
-def _tiles(x: Array, plan: _Plan, axis: int = 1) -> Array:
+def tiles(x: Array, plan: BlockPlan, axis: int = 1) -> Array:
     """(*pre, L, *rest) -> (n_blocks, *pre, block, *rest), L at `axis`."""
     tiled = x.reshape(*x.shape[:axis], plan.n_blocks, plan.block, *x.shape[axis + 1 :])
     return jnp.moveaxis(tiled, axis, 0)
 
 
-def _untile(x: Array, axis: int = 1) -> Array:
+def untile(x: Array, axis: int = 1) -> Array:
     """(n_blocks, *pre, block, *rest) -> (*pre, L, *rest), L at `axis`."""
     x = jnp.moveaxis(x, 0, axis)
     return x.reshape(*x.shape[:axis], -1, *x.shape[axis + 2 :])
 
 
-def _qk_axis(plan: _Plan) -> int:
+def qk_axis(plan: BlockPlan) -> int:
     """The length axis of q and k: 2 under a remap (S, H, L, Dh), else 1."""
     return 2 if plan.sets else 1
 
 
-def _bias(encoding: PositionEncoding | None, q_positions: Array, k_positions: Array):
+def tile_bias(encoding: PositionEncoding | None, q_positions: Array, k_positions: Array):
     return None if encoding is None else encoding.bias(q_positions, k_positions)
 
 
-def _forward(q, k, v, encoding, row_scale, variant, log_decay, positions, plan: _Plan):
+def _forward(q, k, v, encoding, row_scale, variant, log_decay, positions, plan: BlockPlan):
     """Outputs (H, L, Dh) and per-row log-sum-exp (H, L) of the padded sequence. Each row's
     online-softmax state starts empty (max MASKED, normaliser 0), or at the variant's prior
     logit (max = prior, normaliser = 1: a key of zero value)."""
-    qt, kt = (_tiles(x, plan, _qk_axis(plan)) for x in (q, k))
-    vt = _tiles(v, plan)
-    rt = None if row_scale is None else _tiles(row_scale, plan)
-    ct = None if log_decay is None else _tiles(log_decay, plan)
+    qt, kt = (tiles(x, plan, qk_axis(plan)) for x in (q, k))
+    vt = tiles(v, plan)
+    rt = None if row_scale is None else tiles(row_scale, plan)
+    ct = None if log_decay is None else tiles(log_decay, plan)
     pt = positions.reshape(plan.n_blocks, plan.block)
     heads, dh = q.shape[-3], v.shape[-1]
     prior = variant.prior_logit()
@@ -165,7 +165,7 @@ def _forward(q, k, v, encoding, row_scale, variant, log_decay, positions, plan: 
 
         def key_block(j, carry):
             m, norm, acc = carry
-            bias = _decayed(_bias(encoding, pt[i], pt[j]), ct, i, j)
+            bias = _decayed(tile_bias(encoding, pt[i], pt[j]), ct, i, j)
             choice = remap_choice(encoding, pt[i], pt[j])
             s = block_logits(qi, kt[j], plan.scale, bias, plan.mask(i, j), ri, None, choice)
             m_new = jnp.maximum(m, s.max(-1))
@@ -182,23 +182,23 @@ def _forward(q, k, v, encoding, row_scale, variant, log_decay, positions, plan: 
         return None, ((acc / norm[..., None]).astype(v.dtype), m + jnp.log(norm))
 
     _, (out, lse) = jax.lax.scan(query_block, None, jnp.arange(plan.n_blocks))
-    return _untile(out), _untile(lse)
+    return untile(out), untile(lse)
 
 
 def _backward(
-    q, k, v, encoding, row_scale, variant, log_decay, positions, plan: _Plan, out, lse, d_out
+    q, k, v, encoding, row_scale, variant, log_decay, positions, plan: BlockPlan, out, lse, d_out
 ):
     """Gradients of (q, k, v, encoding, row_scale, variant, log_decay) from recomputed block
     logits (the flash backward). With a row scale r the logits are r * z: dz = r * dS and
     dr = rowsum(dS * z); a decay c_i - c_j in z gives dc = rowsum(dz) - colsum(dz). A prior
     logit p (a zero-value key in every row's normaliser) leaves dS as it is and gets
     dp = -sum_i exp(p - lse_i) delta_i (`_variant_grads`)."""
-    qt, kt = (_tiles(x, plan, _qk_axis(plan)) for x in (q, k))
-    vt, dot = (_tiles(x, plan) for x in (v, d_out))
-    rt = None if row_scale is None else _tiles(row_scale, plan)
-    ct = None if log_decay is None else _tiles(log_decay, plan)
-    lset = _tiles(lse, plan)
-    delta = _tiles(jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), -1), plan)
+    qt, kt = (tiles(x, plan, qk_axis(plan)) for x in (q, k))
+    vt, dot = (tiles(x, plan) for x in (v, d_out))
+    rt = None if row_scale is None else tiles(row_scale, plan)
+    ct = None if log_decay is None else tiles(log_decay, plan)
+    lset = tiles(lse, plan)
+    delta = tiles(jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), -1), plan)
     pt = positions.reshape(plan.n_blocks, plan.block)
     params, static, d_params0 = encoding_arrays(encoding)
 
@@ -239,15 +239,15 @@ def _backward(
     (dk, dv, d_params, dck), (dq, dr, dcq) = jax.lax.scan(
         query_block, (zeros(kt), zeros(vt), d_params0, dck0), jnp.arange(plan.n_blocks)
     )
-    axis = _qk_axis(plan)
+    axis = qk_axis(plan)
     grads = (
-        _untile(dq, axis).astype(q.dtype),
-        _untile(dk, axis).astype(k.dtype),
-        _untile(dv).astype(v.dtype),
+        untile(dq, axis).astype(q.dtype),
+        untile(dk, axis).astype(k.dtype),
+        untile(dv).astype(v.dtype),
     )
     d_variant = _variant_grads(variant, lse, d_out, out)
-    d_decay = None if log_decay is None else _untile(dcq) + _untile(dck)
-    return (*grads, d_params, None if row_scale is None else _untile(dr), d_variant, d_decay)
+    d_decay = None if log_decay is None else untile(dcq) + untile(dck)
+    return (*grads, d_params, None if row_scale is None else untile(dr), d_variant, d_decay)
 
 
 def encoding_arrays(encoding: PositionEncoding | None):
@@ -259,7 +259,7 @@ def encoding_arrays(encoding: PositionEncoding | None):
     return params, static, jax.tree.map(jnp.zeros_like, params)
 
 
-def bias_and_vjp(plan: _Plan, params, static, q_pos: Array, k_pos: Array):
+def bias_and_vjp(plan: BlockPlan, params, static, q_pos: Array, k_pos: Array):
     """The encoding's bias (H, Bq, Bk) of one block and its VJP to the encoding's arrays;
     (None, None) when the plan has no bias."""
     if not plan.has_bias:
@@ -280,7 +280,7 @@ def through_bias(ds: Array, z: Array, ok: Array, ri: Array | None, bias_vjp, d_p
     return ds, d_params, dr
 
 
-def to_queries_and_keys(ds: Array, plan: _Plan, choice, qi: Array, kj: Array):
+def to_queries_and_keys(ds: Array, plan: BlockPlan, choice, qi: Array, kj: Array):
     """The cotangent ds (H, Bq, Bk) of a block's scale q.k + bias as (dq (H, Bq, Dh) of its
     queries, dk (H, Bk, Dh) of its keys); under a remap each pair's ds goes to the position set
     its logit came from (`per_set`)."""

@@ -1,6 +1,7 @@
 """Stick-breaking attention in (block x block) tiles, linear memory forward and backward (custom
-VJP): the blocked path of `model.attention_fn: stick_breaking` (`flash.blocked_attention`
-dispatches here; the reference path is `attention_logits.stick_weights`).
+VJP), and the dense weights of a row (`stick_weights`): what the normaliser of
+`model.attention_fn: stick_breaking` computes (`attention_fns.stick_breaking`) on the blocked
+path and on the reference path and in cached decoding.
 
 Query i weighs key j < i by A_ij = sigmoid(z_ij) prod_{j<l<i} sigmoid(-z_il) and reads
 o_i = sum_j A_ij v_j, with no normaliser. In log space, with ls = log sigmoid,
@@ -34,21 +35,20 @@ from jaxtyping import Array, Float, Int
 from rope_lab.model.attention_logits import (
     MASKED,
     block_logits,
-    log_stick_weights,
     raw_logits,
     remap_choice,
     visibility,
 )
 from rope_lab.model.flash import (
-    _bias,
-    _Plan,
-    _qk_axis,
-    _tiles,
-    _untile,
+    BlockPlan,
     bias_and_vjp,
     encoding_arrays,
+    qk_axis,
     through_bias,
+    tile_bias,
+    tiles,
     to_queries_and_keys,
+    untile,
 )
 from rope_lab.model.positions.modules import PositionEncoding
 
@@ -60,30 +60,49 @@ def stick_breaking_attention(
     encoding: PositionEncoding | None,
     row_scale: Float[Array, "H L"] | None,
     positions: Int[Array, " L"],
-    plan: _Plan,
+    plan: BlockPlan,
 ) -> Float[Array, "H L Dh"]:
     """Stick-breaking outputs (H, L, Dh) of a sequence padded to whole blocks (`plan`); under a
     remap q and k are (S, H, L, Dh)."""
     return _stick((q, k, v, encoding, row_scale), positions, plan)
 
 
-def _mask(plan: _Plan, i: Array, j: Array) -> Array:
+def stick_weights(logits: Float[Array, "H Bq Bk"]) -> Float[Array, "H Bq Bk"]:
+    """Stick-breaking weights of masked logits, keys in sequence order, each row holding all
+    its visible keys: A_ij = sigmoid(z_ij) prod_{l > j} sigmoid(-z_il), in log space
+    (`log_stick_weights`). A masked logit (MASKED) has sigmoid 0: no weight, no break."""
+    return jnp.exp(log_stick_weights(logits, jnp.zeros(logits.shape[:-1], logits.dtype))[0])
+
+
+def log_stick_weights(
+    logits: Float[Array, "H Bq Bk"], kept: Float[Array, "H Bq"]
+) -> tuple[Float[Array, "H Bq Bk"], Float[Array, "H Bq"]]:
+    """log A_ij = log sigmoid(z_ij) + sum over the nearer keys l > j of log sigmoid(-z_il) of a
+    tile of masked logits, given each row's sum `kept` of log sigmoid(-z) over the keys after
+    the tile; and that sum with the tile's keys added. Every term is <= 0."""
+    log_keep = jax.nn.log_sigmoid(-logits)  # the share of the stick each key leaves
+    farther = jnp.concatenate([log_keep[..., 1:], jnp.zeros_like(log_keep[..., :1])], axis=-1)
+    nearer = jax.lax.cumsum(farther, axis=logits.ndim - 1, reverse=True) + kept[..., None]
+    return jax.nn.log_sigmoid(logits) + nearer, kept + log_keep.sum(-1)
+
+
+def _mask(plan: BlockPlan, i: Array, j: Array) -> Array:
     """(block, block) visibility of key block j from query block i, own key hidden."""
     offsets = jnp.arange(plan.block)
     return visibility(i * plan.block + offsets, j * plan.block + offsets, plan.window, False)
 
 
-def _right_to_left(plan: _Plan, i: Array, body, init):
+def _right_to_left(plan: BlockPlan, i: Array, body, init):
     """`body(j, carry)` over the key blocks query block i sees, nearest (j = i) first."""
     first, stop = plan.key_blocks(i)
     return jax.lax.fori_loop(0, stop - first, lambda t, carry: body(stop - 1 - t, carry), init)
 
 
-def _forward(q, k, v, encoding, row_scale, positions, plan: _Plan):
+def _forward(q, k, v, encoding, row_scale, positions, plan: BlockPlan):
     """Outputs (H, L, Dh) of the padded sequence."""
-    qt, kt = (_tiles(x, plan, _qk_axis(plan)) for x in (q, k))
-    vt = _tiles(v, plan)
-    rt = None if row_scale is None else _tiles(row_scale, plan)
+    qt, kt = (tiles(x, plan, qk_axis(plan)) for x in (q, k))
+    vt = tiles(v, plan)
+    rt = None if row_scale is None else tiles(row_scale, plan)
     pt = positions.reshape(plan.n_blocks, plan.block)
     heads, dh = q.shape[-3], v.shape[-1]
 
@@ -109,29 +128,29 @@ def _forward(q, k, v, encoding, row_scale, positions, plan: _Plan):
         return None, acc.astype(v.dtype)
 
     _, out = jax.lax.scan(query_block, None, jnp.arange(plan.n_blocks))
-    return _untile(out)
+    return untile(out)
 
 
-def _tile_logits(qi, kt, ri, encoding, pt, plan: _Plan, i):
+def _tile_logits(qi, kt, ri, encoding, pt, plan: BlockPlan, i):
     """j -> the masked logits (H, block, block) of query block i against key block j."""
 
     def logits(j):
-        bias = _bias(encoding, pt[i], pt[j])
+        bias = tile_bias(encoding, pt[i], pt[j])
         choice = remap_choice(encoding, pt[i], pt[j])
         return block_logits(qi, kt[j], plan.scale, bias, _mask(plan, i, j), ri, None, choice)
 
     return logits
 
 
-def _backward(q, k, v, encoding, row_scale, positions, plan: _Plan, d_out):
+def _backward(q, k, v, encoding, row_scale, positions, plan: BlockPlan, d_out):
     """Gradients of (q, k, v, encoding, row_scale) from recomputed tiles (module docstring).
     Per query block, a first pass right to left records each key block's sum of ls(-z) over
     the keys after it; the second, left to right, carries the farther keys' sum of ds, each a
     sum of terms of its own (no difference of large sums). With a row scale r the logits are
     r * z: dz = r * dx and dr = rowsum(dx * z), dx the gradient of the scaled logits."""
-    qt, kt = (_tiles(x, plan, _qk_axis(plan)) for x in (q, k))
-    vt, dot = (_tiles(x, plan) for x in (v, d_out))
-    rt = None if row_scale is None else _tiles(row_scale, plan)
+    qt, kt = (tiles(x, plan, qk_axis(plan)) for x in (q, k))
+    vt, dot = (tiles(x, plan) for x in (v, d_out))
+    rt = None if row_scale is None else tiles(row_scale, plan)
     pt = positions.reshape(plan.n_blocks, plan.block)
     params, static, d_params0 = encoding_arrays(encoding)
 
@@ -182,13 +201,13 @@ def _backward(q, k, v, encoding, row_scale, positions, plan: _Plan, d_out):
     (dk, dv, d_params), (dq, dr) = jax.lax.scan(
         query_block, (zeros(kt), zeros(vt), d_params0), jnp.arange(plan.n_blocks)
     )
-    axis = _qk_axis(plan)
+    axis = qk_axis(plan)
     return (
-        _untile(dq, axis).astype(q.dtype),
-        _untile(dk, axis).astype(k.dtype),
-        _untile(dv).astype(v.dtype),
+        untile(dq, axis).astype(q.dtype),
+        untile(dk, axis).astype(k.dtype),
+        untile(dv).astype(v.dtype),
         d_params,
-        None if row_scale is None else _untile(dr),
+        None if row_scale is None else untile(dr),
     )
 
 
@@ -207,4 +226,4 @@ def _stick_bwd(residuals, d_out, perturbed, operands, positions, plan):
     return _backward(*operands, positions, plan, d_out)
 
 
-__all__ = ["stick_breaking_attention"]
+__all__ = ["log_stick_weights", "stick_breaking_attention", "stick_weights"]

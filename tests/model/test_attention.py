@@ -187,7 +187,7 @@ def test_bias_gradients_reach_the_encoding_and_would_be_wrong_without_it():
 def test_visited_key_blocks_are_exactly_those_with_a_visible_pair(block, n_blocks, window):
     """The blocked kernel skips a tile iff no query of it sees any key of it."""
     for w in (None, window):
-        plan = flash._Plan(block, n_blocks, 1.0, w)
+        plan = flash.BlockPlan(block, n_blocks, 1.0, w)
         for i in range(n_blocks):
             first, stop = (int(x) for x in plan.key_blocks(jnp.asarray(i)))
             for j in range(n_blocks):

@@ -28,14 +28,16 @@ from rope_lab.analysis.claims.base import (
     missing,
     per_seed,
 )
-from rope_lab.analysis.claims.measures import loss_past_train, ratios, rise_past_train
-from rope_lab.analysis.claims.scaling import (
-    _factor_for,
-    _factors,
-    _mean_of,
-    _method_rows,
-    smallest_gap,
+from rope_lab.analysis.claims.measures import (
+    arm_mean,
+    factor_for_ratio,
+    loss_past_train,
+    ratios,
+    rise_past_train,
+    scaling_factors,
+    scaling_rows,
 )
+from rope_lab.analysis.claims.scaling import smallest_gap
 from rope_lab.analysis.curve_labels import KIND
 
 ATTENTION_FN = "model.attention_fn"
@@ -141,7 +143,7 @@ def stick_breaking_extrapolates_without_pe(ev: Evidence, meta: Claim) -> list[Ve
             continue
         variant, head = found[0], f"{task} @ {PAST:g}x"
         rise = {variant: arm(rise_past_train(ev, task, PAST), [variant])}
-        stat = _mean_of(variant)
+        stat = arm_mean(variant)
         out.append(_judged(ev, meta, f"{head}: rise", rise, stat, RISE_TOLERANCE, "<"))
         if not _pairs(ev, task, ("stick_breaking",), "none"):
             out.append(missing(meta, f"{head}: vs none", "needs NoPE softmax (kind none)"))
@@ -210,7 +212,7 @@ def gating_improves_yarn_extension(ev: Evidence, meta: Claim) -> list[Verdict]:
     for task in ev.tasks():
         pairs = _pairs(ev, task, ("gated", "gated_head"), "rope")
         evaluated = ratios(ev, task)
-        factors = [f for f in _factors(ev, task, "yarn") if f > 1 and f in evaluated]
+        factors = [f for f in scaling_factors(ev, task, "yarn") if f > 1 and f in evaluated]
         if not pairs or not factors:
             why = "needs rope +gated and rope under yarn, evaluated at the factor x L_train"
             out.append(missing(meta, task, why))
@@ -291,19 +293,19 @@ def drope_beats_ntk_and_yarn(ev: Evidence, meta: Claim) -> list[Verdict]:
     out = []
     for task in ev.tasks():
         evaluated = [r for r in DROPE_RATIOS if r in ratios(ev, task)]
-        stages = [t for t in (False, True) if _factors(ev, task, "drope", finetuned=t)]
-        scaled = [m for m in ("ntk", "yarn") if _factors(ev, task, m)]
+        stages = [t for t in (False, True) if scaling_factors(ev, task, "drope", finetuned=t)]
+        scaled = [m for m in ("ntk", "yarn") if scaling_factors(ev, task, m)]
         if not evaluated or not stages or not scaled:
             why = "needs RoPE under drope and zero-shot ntk or yarn, evaluated at 2, 4 or 8x"
             out.append(missing(meta, task, why))
             continue
         for ratio in evaluated:
             for tuned in stages:
-                drope = loss_past_train(ev, task, ratio, _method_rows("drope", finetuned=tuned))
+                drope = loss_past_train(ev, task, ratio, scaling_rows("drope", finetuned=tuned))
                 arms = {"drope": per_seed(drope)}
                 for method in scaled:
-                    factor = _factor_for(_factors(ev, task, method), ratio)
-                    rows = _method_rows(method, factor)
+                    factor = factor_for_ratio(scaling_factors(ev, task, method), ratio)
+                    rows = scaling_rows(method, factor)
                     arms[f"{method} x{factor:g}"] = per_seed(loss_past_train(ev, task, ratio, rows))
                 stage = "recalibrated" if tuned else "zero-shot"
                 scope = f"{task} @ {ratio:g}x: DroPE {stage}"

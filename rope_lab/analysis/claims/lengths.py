@@ -6,11 +6,9 @@ from __future__ import annotations
 import polars as pl
 
 from rope_lab.analysis.claims.base import Claim, Evidence, Verdict, claim, judge_gap, missing
-from rope_lab.analysis.claims.measures import effective_length
+from rope_lab.analysis.claims.measures import ROPE, effective_length
 from rope_lab.analysis.curve_labels import TEMPERATURE
 from rope_lab.analysis.length_report import THRESHOLD
-
-ROPE = "rope"
 
 
 @claim(

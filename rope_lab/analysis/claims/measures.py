@@ -2,7 +2,10 @@
 and how far a trial keeps its score (RULER's effective length, and the longest length kept
 relative to the score at L_train).
 
-Each returns one row per trial: ``trial_id``, ``variant``, ``train.seed``, ``value``.
+Each returns one row per trial: ``trial_id``, ``variant``, ``train.seed``, ``value``. The
+row selectors several claim families share live here too: a scaling method's rows of the plain
+RoPE model (`scaling_rows`), the factors it was evaluated at and the one read at a length ratio
+(`scaling_factors`, `factor_for_ratio`), and the statistic of one arm's mean (`arm_mean`).
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ from collections.abc import Callable
 import polars as pl
 
 from rope_lab.analysis import length_report as lr
-from rope_lab.analysis.claims.base import Evidence
+from rope_lab.analysis.claims.base import Evidence, Stat
 
 KEYS = ["trial_id", "variant", "train.seed"]
+ROPE = "rope"  # the plain RoPE variant that scaling methods are applied to
 
 
 def _at_ratio(frame: pl.DataFrame, ratio: float) -> pl.DataFrame:
@@ -71,6 +75,37 @@ def rise_past_train(
     )
     joined = past.join(base, on=keys, how="inner", nulls_equal=True)
     return joined.select([*keys, (pl.col("value") - pl.col("base")).alias("value")])
+
+
+def scaling_rows(method: str, factor: float | None = None, *, finetuned: bool = False) -> pl.Expr:
+    """Eval rows of the plain RoPE variant under scaling ``method`` (at ``factor`` when given),
+    fine-tuned (``finetune_steps`` > 0) or zero-shot."""
+    ft = pl.col("finetune_steps").fill_null(0)
+    rows = (pl.col("method") == method) & ((ft > 0) if finetuned else (ft == 0))
+    if factor is not None:
+        rows = rows & ((pl.col("factor") - factor).abs() < 1e-9)
+    return rows & (pl.col("variant") == ROPE)
+
+
+def scaling_factors(
+    ev: Evidence, task: str, method: str, *, finetuned: bool = False
+) -> list[float]:
+    """The factors ``method`` was evaluated at on ``task`` (`scaling_rows`), sorted."""
+    rows = ev.eval.filter((pl.col("task") == task) & scaling_rows(method, finetuned=finetuned))
+    return sorted(set(rows.get_column("factor").drop_nulls().to_list())) if len(rows) else []
+
+
+def factor_for_ratio(factors: list[float], ratio: float) -> float | None:
+    """The largest factor <= ratio (the smallest when all are larger), None without any."""
+    if not factors:
+        return None
+    fitting = [f for f in factors if f <= ratio + 1e-9]
+    return max(fitting) if fitting else min(factors)
+
+
+def arm_mean(name: str) -> Stat:
+    """The statistic mean(``name`` arm)."""
+    return lambda m: m[name]
 
 
 def ratios(ev: Evidence, task: str) -> list[float]:

@@ -21,23 +21,23 @@ from rope_lab.analysis.claims.base import (
     missing,
     per_seed,
 )
-from rope_lab.analysis.claims.measures import loss_past_train, ratio_at_most, ratios
+from rope_lab.analysis.claims.measures import (
+    ROPE,
+    arm_mean,
+    factor_for_ratio,
+    loss_past_train,
+    ratio_at_most,
+    ratios,
+    scaling_factors,
+    scaling_rows,
+)
 from rope_lab.analysis.curve_labels import TEMPERATURE
 from rope_lab.analysis.length_report import SHORT_RATIOS, short_context_delta
 
-ROPE = "rope"
 EXACT_TOLERANCE = 1e-6  # nats: float32 forwards of identical frequencies agree to ~1e-7
 SHORT_CONTEXT_TOLERANCE = 0.05  # nats of loss a method may add at 0.25-1 x L_train
 ZERO_SHOT_BETTER = ("dynamic", "yarn", "ntk")
 ZERO_SHOT_WORSE = ("direct", "linear")
-
-
-def _method_rows(method: str, factor: float | None = None, *, finetuned: bool = False) -> pl.Expr:
-    ft = pl.col("finetune_steps").fill_null(0)
-    rows = (pl.col("method") == method) & ((ft > 0) if finetuned else (ft == 0))
-    if factor is not None:
-        rows = rows & ((pl.col("factor") - factor).abs() < 1e-9)
-    return rows & (pl.col("variant") == ROPE)
 
 
 def _direct_rows() -> pl.Expr:
@@ -46,24 +46,6 @@ def _direct_rows() -> pl.Expr:
         & (pl.col("finetune_steps").fill_null(0) == 0)
         & (pl.col("variant") == ROPE)
     )
-
-
-def _factors(ev: Evidence, task: str, method: str, *, finetuned: bool = False) -> list[float]:
-    rows = ev.eval.filter((pl.col("task") == task) & _method_rows(method, finetuned=finetuned))
-    return sorted(set(rows.get_column("factor").drop_nulls().to_list())) if len(rows) else []
-
-
-def _factor_for(factors: list[float], ratio: float) -> float | None:
-    """The largest factor <= ratio (the smallest when all are larger), None without any."""
-    if not factors:
-        return None
-    fitting = [f for f in factors if f <= ratio + 1e-9]
-    return max(fitting) if fitting else min(factors)
-
-
-def _mean_of(name: str) -> Stat:
-    """The statistic mean(``name`` arm)."""
-    return lambda m: m[name]
 
 
 def smallest_gap(worse: Sequence[str], better: Sequence[str]) -> Stat:
@@ -107,7 +89,7 @@ def dynamic_equals_direct(ev: Evidence, meta: Claim) -> list[Verdict]:
         rows = ev.eval.filter(
             (pl.col("task") == task) & (pl.col("length") <= pl.col("train.length"))
         )
-        dyn = rows.filter(_method_rows("dynamic")).select(
+        dyn = rows.filter(scaling_rows("dynamic")).select(
             "trial_id", "length", pl.col("loss").alias("dynamic")
         )
         direct = rows.filter(_direct_rows()).select("trial_id", "length", "loss")
@@ -154,10 +136,10 @@ def zero_shot_ordering(ev: Evidence, meta: Claim) -> list[Verdict]:
             if not direct.is_empty():
                 arms["direct"] = per_seed(direct)
             for method in ("linear", *ZERO_SHOT_BETTER):
-                factor = _factor_for(_factors(ev, task, method), ratio)
+                factor = factor_for_ratio(scaling_factors(ev, task, method), ratio)
                 if factor is None:
                     continue
-                rows = loss_past_train(ev, task, ratio, _method_rows(method, factor))
+                rows = loss_past_train(ev, task, ratio, scaling_rows(method, factor))
                 if not rows.is_empty():
                     arms[method if method != "linear" else "linear"] = per_seed(rows)
             better = [m for m in ZERO_SHOT_BETTER if arms.get(m)]
@@ -195,13 +177,13 @@ def pi_costs_in_distribution(ev: Evidence, meta: Claim) -> list[Verdict]:
     """loss(linear x f, L_train) - loss(direct, L_train) > 0 for each factor f."""
     out = []
     for task in ev.tasks():
-        factors = _factors(ev, task, "linear")
+        factors = scaling_factors(ev, task, "linear")
         direct = loss_past_train(ev, task, 1.0, _direct_rows())
         if not factors or direct.is_empty():
             out.append(missing(meta, task, "needs RoPE under linear scaling evaluated at L_train"))
             continue
         for factor in factors:
-            pi = loss_past_train(ev, task, 1.0, _method_rows("linear", factor))
+            pi = loss_past_train(ev, task, 1.0, scaling_rows("linear", factor))
             arms = {"linear": per_seed(pi), "direct": per_seed(direct)}
             out.append(judge_gap(ev, meta, f"{task}: linear x{factor:g}", arms, "linear", "direct"))
     return out
@@ -219,7 +201,7 @@ def pi_finetune_recovers(ev: Evidence, meta: Claim) -> list[Verdict]:
     """loss(linear zero-shot) - loss(linear fine-tuned) > 0 at each fine-tuned factor."""
     out = []
     for task in ev.tasks():
-        tuned = _factors(ev, task, "linear", finetuned=True)
+        tuned = scaling_factors(ev, task, "linear", finetuned=True)
         if not tuned:
             out.append(missing(meta, task, "needs RoPE fine-tuned under linear scaling"))
             continue
@@ -227,8 +209,8 @@ def pi_finetune_recovers(ev: Evidence, meta: Claim) -> list[Verdict]:
             ratio = ratio_at_most(ev, task, factor)
             if ratio is None:
                 continue
-            zero = loss_past_train(ev, task, ratio, _method_rows("linear", factor))
-            ft = loss_past_train(ev, task, ratio, _method_rows("linear", factor, finetuned=True))
+            zero = loss_past_train(ev, task, ratio, scaling_rows("linear", factor))
+            ft = loss_past_train(ev, task, ratio, scaling_rows("linear", factor, finetuned=True))
             if zero.is_empty() or ft.is_empty():
                 out.append(
                     missing(meta, task, f"linear x{factor:g}: needs zero-shot and fine-tuned rows")
@@ -260,8 +242,8 @@ def pi_finetune_beats_control(ev: Evidence, meta: Claim) -> list[Verdict]:
     """loss(default fine-tuned) - loss(linear fine-tuned) > 0 at each factor both have."""
     out = []
     for task in ev.tasks():
-        tuned = set(_factors(ev, task, "linear", finetuned=True))
-        control = set(_factors(ev, task, "default", finetuned=True))
+        tuned = set(scaling_factors(ev, task, "linear", finetuned=True))
+        control = set(scaling_factors(ev, task, "default", finetuned=True))
         if not tuned or not control:
             out.append(
                 missing(
@@ -276,8 +258,8 @@ def pi_finetune_beats_control(ev: Evidence, meta: Claim) -> list[Verdict]:
             ratio = ratio_at_most(ev, task, factor)
             if ratio is None:
                 continue
-            pi = loss_past_train(ev, task, ratio, _method_rows("linear", factor, finetuned=True))
-            ctl = loss_past_train(ev, task, ratio, _method_rows("default", factor, finetuned=True))
+            pi = loss_past_train(ev, task, ratio, scaling_rows("linear", factor, finetuned=True))
+            ctl = loss_past_train(ev, task, ratio, scaling_rows("default", factor, finetuned=True))
             arms = {"control": per_seed(ctl), "linear": per_seed(pi)}
             out.append(
                 judge_gap(ev, meta, f"{task}: x{factor:g} @ {ratio:g}x", arms, "control", "linear")
@@ -352,7 +334,7 @@ def method_keeps_short_context(ev: Evidence, meta: Claim) -> list[Verdict]:
                     meta,
                     scope,
                     {method: per_seed(pl.DataFrame(per_trial))},
-                    _mean_of(method),
+                    arm_mean(method),
                     threshold=SHORT_CONTEXT_TOLERANCE,
                     direction="<",
                 )

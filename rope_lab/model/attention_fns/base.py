@@ -25,12 +25,17 @@ the hooks are its methods on those arrays. Hooks, and the paths that call them:
   kernel (its custom VJP returns dc = rowsum(dz) - colsum(dz)) and `attend_keys` add it, cached
   decoding from each cached key's c (`kv_cache.LayerCache.decay`); cuDNN cannot (`fused_ok`
   False).
-- `stick_breaking`: no softmax: weights sigmoid(z_ij) times the stick left by the nearer keys,
-  prod_{j<l<i} sigmoid(-z_il), computed in log space; the query does not see its own key
-  (`sees_own_key` False). The reference path and `attend_keys` call
-  `attention_logits.stick_weights` in place of the softmax, the blocked kernel dispatches to
-  `rope_lab.model.stick_breaking_kernel`, cached decoding hides the query's own slot; cuDNN
-  cannot (`fused_ok` False).
+- `normaliser`: a `Normaliser` that replaces softmax, or None (softmax, with the prior logit
+  when there is one). It turns a row's masked logits into weights (`row_weights`: the
+  reference path and `attend_keys`, hence cached decoding), runs its own blocked kernel
+  (`blocked`: `flash.blocked_attention` calls it on the padded sequence in place of the
+  online softmax) and says whether a query sees its own key (`own_key`: the reference path's
+  and cached decoding's visibility; its kernel masks alike). Every path asks the hook; none
+  names a variant. A normaliser is an instance made in the class body, so one missing a hook
+  cannot be made and the module defining the variant fails on import; a variant with a
+  normaliser that also has a forget gate, a prior logit or `fused_ok` is refused when its class
+  is defined (`AttentionFnConfig.__init_subclass__`): its kernel takes none of them. cuDNN
+  cannot compute a normaliser (`fused_ok` False).
 
 Softmax (`softmax`, the default) has no parameters and no prior: every path computes exactly
 what it computed before variants existed.
@@ -38,13 +43,43 @@ what it computed before variants existed.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from jaxtyping import Array, PRNGKeyArray
+    from jaxtyping import Array, Float, Int, PRNGKeyArray
 
     from rope_lab.config import ModelConfig, TrialConfig
+    from rope_lab.model.flash import BlockPlan
+    from rope_lab.model.positions.modules import PositionEncoding
+
+
+class Normaliser(abc.ABC):
+    """What a variant that replaces softmax computes in its place, on every attention path.
+    Each method is abstract: a subclass missing one cannot be instantiated."""
+
+    own_key: ClassVar[bool] = True  # query i sees key i (False: only keys j < i)
+
+    @abc.abstractmethod
+    def row_weights(self, logits: Float[Array, "H Bq Bk"]) -> Float[Array, "H Bq Bk"]:
+        """Weights of masked float32 logits (MASKED where hidden), keys in sequence order,
+        each row holding all its visible keys (the reference path, `attend_keys`)."""
+
+    @abc.abstractmethod
+    def blocked(
+        self,
+        q: Float[Array, "H L Dh"],
+        k: Float[Array, "H L Dh"],
+        v: Float[Array, "H L Dh"],
+        encoding: PositionEncoding | None,
+        row_scale: Float[Array, "H L"] | None,
+        positions: Int[Array, " L"],
+        plan: BlockPlan,
+    ) -> Float[Array, "H L Dh"]:
+        """Outputs of a sequence padded to whole blocks (`plan`), linear memory forward and
+        backward, hiding what `own_key` and `plan.window` hide; under a remap q and k are
+        (S, H, L, Dh)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,10 +92,29 @@ class AttentionFnConfig:
     fused_ok: ClassVar[bool] = False
     # a data-dependent forget gate per head whose log sums decay each logit (FoX)
     forget_gate: ClassVar[bool] = False
-    # weights by stick-breaking (sigmoids of the logits, no softmax, no normaliser)
-    stick_breaking: ClassVar[bool] = False
-    # query i sees key i (False: only keys j < i, stick-breaking's strict causality)
-    sees_own_key: ClassVar[bool] = True
+    # what replaces softmax on every path (None: softmax, with the prior logit if any)
+    normaliser: ClassVar[Normaliser | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """TypeError naming the class when its `normaliser` is not a `Normaliser`, or comes
+        with a forget gate, a prior logit or `fused_ok`, none of which its kernel takes."""
+        super().__init_subclass__(**kwargs)
+        normaliser = cls.normaliser
+        if normaliser is None:
+            return
+        if not isinstance(normaliser, Normaliser):
+            raise TypeError(f"{cls.__name__}.normaliser: {normaliser!r} is not a Normaliser")
+        extras = [
+            ("forget_gate", cls.forget_gate),
+            ("prior_logit", cls.prior_logit is not AttentionFnConfig.prior_logit),
+            ("fused_ok", cls.fused_ok),
+        ]
+        taken = [name for name, has in extras if has]
+        if taken:
+            raise TypeError(
+                f"{cls.__name__}: a normaliser ({type(normaliser).__name__}) replaces softmax "
+                f"on every path and takes no {', '.join(taken)}"
+            )
 
     def init_params(self, model: ModelConfig, *, key: PRNGKeyArray) -> Any:
         """The variant's learned arrays of one attention layer (a pytree; None: none)."""

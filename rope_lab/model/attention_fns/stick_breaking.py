@@ -12,26 +12,46 @@ first; query 0 reads nothing. The leftover 1 - sum_j A_ij is dropped (no normali
 authors' model adds it times v_i, which is not built). A sliding window hides key j when
 i - j >= window, and a hidden key neither takes a share nor breaks the stick: window w reads
 w - 1 keys. Any encoding whose logits are additive (RoPE, ALiBi, NoPE, ...) combines; the row
-scale (temperature, Llama 4's query scaling) sharpens the sigmoids.
+scale (temperature, Llama 4's query scaling) sharpens the sigmoids. Its `Normaliser` reads the
+weights of `stick_breaking_kernel.stick_weights` on the reference path and in cached decoding,
+and runs `stick_breaking_kernel.stick_breaking_attention` as the blocked kernel.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rope_lab.model.attention_fns.base import AttentionFnConfig
+from rope_lab.model.attention_fns.base import AttentionFnConfig, Normaliser
 from rope_lab.registry import ATTENTION_FNS
+
+
+class StickBreakingWeights(Normaliser):
+    """Stick-breaking weights over the keys before the query (its own key hidden); the JAX
+    code is imported on first call, so the config stays JAX-free."""
+
+    own_key = False
+
+    def row_weights(self, logits):
+        """A_ij of each row (`stick_breaking_kernel.stick_weights`)."""
+        from rope_lab.model.stick_breaking_kernel import stick_weights
+
+        return stick_weights(logits)
+
+    def blocked(self, q, k, v, encoding, row_scale, positions, plan):
+        """The stick-breaking tiles (`stick_breaking_kernel.stick_breaking_attention`)."""
+        from rope_lab.model.stick_breaking_kernel import stick_breaking_attention
+
+        return stick_breaking_attention(q, k, v, encoding, row_scale, positions, plan)
 
 
 @ATTENTION_FNS.register("stick_breaking")
 @dataclass(frozen=True)
 class StickBreaking(AttentionFnConfig):
-    """Stick-breaking weights (`stick_breaking`) over the keys before the query
-    (`sees_own_key` False); no parameters of its own."""
+    """Stick-breaking weights in place of softmax (`StickBreakingWeights`) over the keys
+    before the query; no parameters of its own."""
 
     order = 6
-    stick_breaking = True
-    sees_own_key = False
+    normaliser = StickBreakingWeights()
 
     def check(self, trial, path: str) -> None:
         """Scalable-Softmax (a softmax temperature) and contextual encodings (CoPE, whose gated

@@ -39,3 +39,26 @@ def test_longest_kept_is_relative_to_the_value_at_l_train() -> None:
     ev = evidence(_rows())
     assert _values(measures.longest_kept(ev, "copy")) == {"rope": 4.0, "alibi": 2.0}
     assert _values(measures.longest_kept(ev, "copy", threshold=0.95))["rope"] == pytest.approx(1.0)
+
+
+def test_scaling_factors_and_the_factor_read_at_a_ratio() -> None:
+    """Factors are the plain RoPE model's under the method, zero-shot or fine-tuned apart (an
+    alibi row at factor 8 and a fine-tuned factor 3 do not count zero-shot); at a ratio the
+    largest factor <= it is read, the smallest when all are larger, None without any."""
+    rows = trial_rows("rope", 0, LOSS)
+    for factor in (4.0, 2.0):
+        rows += trial_rows("rope", 0, LOSS, method="yarn", factor=factor)
+    rows += trial_rows("rope", 0, LOSS, method="yarn", factor=3.0, finetune=10)
+    rows += trial_rows("alibi", 0, LOSS, method="yarn", factor=8.0)
+    ev = evidence(rows)
+    assert measures.scaling_factors(ev, "copy", "yarn") == [2.0, 4.0]
+    assert measures.scaling_factors(ev, "copy", "yarn", finetuned=True) == [3.0]
+    assert measures.scaling_factors(ev, "copy", "ntk") == []
+    assert [measures.factor_for_ratio([2.0, 4.0], r) for r in (1.5, 2.0, 3.9, 8.0)] == [
+        2.0,
+        2.0,
+        2.0,
+        4.0,
+    ]
+    assert measures.factor_for_ratio([], 2.0) is None
+    assert measures.arm_mean("yarn")({"yarn": 1.25, "direct": 3.0}) == 1.25
