@@ -107,8 +107,11 @@ def kernel_map(
         _lines(ax, variants.filter(pl.col("encoding") == encoding), "variant", metric,
                variant_colours)  # fmt: skip
         ax.set_title(f"{encoding}: NTK, depth {depth}")
+    lowest = min(float(frame[metric].min()), threshold)  # type: ignore[arg-type]
     for ax in axes.flat:
         ax.axhline(threshold, color="0.3", ls="--", lw=1)
+        if metric.endswith("cos_mean"):  # the whole way down to the threshold, on one scale
+            ax.set_ylim(min(lowest, 0.0) - 0.03, 1.03)
         log2_axis(ax, frame["ratio"].unique().to_list())
         ax.set_xlabel("probe length / L_train")
     for i in range(len(kernels) + 1):
