@@ -52,7 +52,8 @@ def crossing(
     """The vanishing of one point's metric over its ratios (n,), any order: "crossed_at", the
     smallest ratio whose value is <= threshold (None if none); "slope", b of the log-linear
     trend (per doubling of the ratio); "extrapolated", the ratio where the trend reaches the
-    threshold when no measured ratio does (None when b >= 0 or fewer than 2 ratios)."""
+    threshold when no measured ratio does (None when b >= 0 or fewer than 2 ratios; inf past
+    2^1000)."""
     order = np.argsort(np.asarray(ratios, np.float64))
     r = np.asarray(ratios, np.float64)[order]
     v = np.asarray(values, np.float64)[order]
@@ -63,7 +64,8 @@ def crossing(
         a, b = log_linear_trend(r, v)
         slope = b
         if crossed is None and b < 0:
-            extrapolated = float(2.0 ** ((threshold - a) / b))
+            doublings = (threshold - a) / b
+            extrapolated = 2.0**doublings if doublings < 1000 else math.inf  # no float overflow
     return {"crossed_at": crossed, "slope": slope, "extrapolated": extrapolated}
 
 

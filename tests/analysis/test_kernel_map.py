@@ -36,6 +36,12 @@ def test_an_exact_log_linear_fall_extrapolates_in_closed_form():
     assert got["extrapolated"] == pytest.approx(256.0)
 
 
+def test_a_nearly_flat_fall_extrapolates_to_infinity_not_an_overflow():
+    """0.6 - 1e-4 log2(r) reaches 0.1 after 5000 doublings: past any float, inf."""
+    got = crossing(RATIOS, [0.6 - 1e-4 * math.log2(r) for r in RATIOS])
+    assert got["extrapolated"] == math.inf
+
+
 def test_a_kernel_that_does_not_fall_never_vanishes():
     got = crossing(RATIOS, [0.5, 0.6, 0.6, 0.7, 0.8])
     assert got["crossed_at"] is None and got["extrapolated"] is None and got["slope"] > 0
