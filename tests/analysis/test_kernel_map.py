@@ -115,3 +115,27 @@ def test_the_plot_names_what_it_needs(tmp_path):
         plot("kernel-map", tmp_path)
     with pytest.raises(QueryError, match="lack column 'depth'"):
         plot("kernel-map", synthetic_map().drop("depth"))
+
+
+def test_the_command_names_a_bad_spec_in_one_line(tmp_path, capsys):
+    from rope_lab.cli import main
+
+    assert main(["kernel-map", str(tmp_path / "missing.yaml")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rope-lab: error: ")
+    assert "missing.yaml" in err[0]
+
+
+def test_the_main_setting_comes_first_by_depth():
+    """The most common (parametrisation, width) first, ordered by depth; the others after."""
+    from types import SimpleNamespace
+
+    from rope_lab.cli_kernel_map import map_order
+
+    def trial(param, width, depth):
+        model = SimpleNamespace(parametrization=param, width=width, depth=depth)
+        return SimpleNamespace(model=model)
+
+    trials = [trial("sp", 32, 2), trial("ntk", 32, 8), trial("ntk", 32, 1), trial("ntk", 32, 2)]
+    got = [(t.model.parametrization, t.model.depth) for t in map_order(trials)]
+    assert got == [("ntk", 1), ("ntk", 2), ("ntk", 8), ("sp", 2)]
