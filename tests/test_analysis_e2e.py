@@ -40,13 +40,15 @@ def test_every_plot_kind_renders_from_a_real_sweep(smoke_run, kind, tmp_path):
     source = smoke_run
     if kind == "kernel":
         source = next(smoke_run.glob("trials/*rope*/ntk/position_kernels.npz"))
-    # The smoke sweep decodes nothing and keeps no attention statistics, and coord-check reads
-    # the Parquet file of `rope-lab coord-check` (its slow CLI test draws one): each error says
-    # what the kind needs.
+    # The smoke sweep decodes nothing and keeps no attention statistics, and coord-check and
+    # kernel-map read the Parquet files of `rope-lab coord-check` and `rope-lab kernel-map`
+    # (coord-check's slow CLI test draws one, tests/analysis/test_kernel_map.py the other):
+    # each error says what the kind needs.
     needs = {
         "decode": r"eval\.decode\.protocols",
         "attention_mass": r"eval\.attention_stats: true",
         "coord-check": r"not a file; give the Parquet file of rope-lab coord-check",
+        "kernel-map": r"not a file; give the Parquet file of rope-lab kernel-map",
     }
     if kind in needs:
         with pytest.raises(QueryError, match=needs[kind]):

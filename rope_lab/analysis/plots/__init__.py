@@ -13,9 +13,10 @@ A plot kind is a function registered with ``@PLOTS.register("kind")`` (``registr
 in a module of this package; the first line of its docstring is its one-line help. Modules:
 ``eval_curves`` (extrapolation, positions), ``ntk`` (ntk-drift, ntk-cross), ``kernels``
 (kernel), ``scaling_laws`` (scaling), ``loss_law`` (loss-law), ``isoflop`` (isoflop),
-``decode`` (decode), ``depth`` (depth), ``dashboard`` (summary), and the shared ``curves``,
-``labels``, ``style``, ``layout``, ``frames`` and ``axes``; ``options`` reads a kind's keyword
-options from its signature (``rope-lab plot --set KEY=VALUE``).
+``decode`` (decode), ``depth`` (depth), ``kernel_map`` (kernel-map), ``dashboard``
+(summary), and the shared ``curves``, ``labels``, ``style``, ``layout``, ``frames`` and
+``axes``; ``options`` reads a kind's keyword options from its signature (``rope-lab plot --set
+KEY=VALUE``).
 """
 
 from __future__ import annotations
