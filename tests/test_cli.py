@@ -172,6 +172,7 @@ def test_no_number_argument_is_read_without_a_range_check():
         "loss-law --n-boot": "non_negative_int",
         "loss-law --law-boot": "non_negative_int",
         "isoflop --n-boot": "non_negative_int",
+        "lr-transfer --n-boot": "non_negative_int",
         "claims --min-seeds": "positive_int",
         "claims --n-boot": "positive_int",
         "corpus prepare --eval-fraction": "fraction",

@@ -40,7 +40,14 @@ def rendered(store: Path) -> dict[str, tuple[Figure, Path]]:
             "rms_change": [0.02, 0.7, 0.02, 2.4, 0.02, 0.7, 0.02, 0.65],
         }
     ).write_parquet(coord)
-    sources = {"kernel": kernel, "coord-check": coord, "lr-transfer": lr_rows()}
+    from tests.analysis.test_kernel_map import synthetic_map
+
+    sources = {
+        "kernel": kernel,
+        "coord-check": coord,
+        "lr-transfer": lr_rows(),
+        "kernel-map": synthetic_map(),
+    }
     out = {}
     for kind in plots.KINDS:
         path = store.parent / "figures" / f"{kind}.png"
