@@ -48,6 +48,7 @@ def test_train_tiny_trial_prints_table(tmp_path, capsys):
     assert set(res.eval.collect()["method"]) == {"default", "linear", "dynamic"}
 
 
+@pytest.mark.slow
 def test_train_prints_bits_per_byte_beside_the_loss_of_a_text_model(tmp_path, capsys):
     """A byte-level model's table in bits per byte is its loss table / ln 2, cell by cell."""
     import math

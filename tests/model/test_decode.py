@@ -84,8 +84,13 @@ def test_every_encoding_decodes_as_it_forwards(kind):
     [
         ([{"window": 4}, {"position": {"kind": "none"}}], {}),  # RoPE-SWA + NoPE (RNoPE)
         ([{"window": 3}, {"window": 6, "attn_scale": 0.5}], {"model.scalable_softmax": True}),
-        ([{"position": {"kind": "alibi"}, "window": 5}, {"position": {"kind": "cope"}}], {}),
-        ([{"position": {"kind": "cope"}, "window": 4}], {}),
+        # CoPE in a layout: slow (test_every_encoding_decodes_as_it_forwards decodes CoPE alone)
+        pytest.param(
+            [{"position": {"kind": "alibi"}, "window": 5}, {"position": {"kind": "cope"}}],
+            {},
+            marks=pytest.mark.slow,
+        ),
+        pytest.param([{"position": {"kind": "cope"}, "window": 4}], {}, marks=pytest.mark.slow),
     ],
 )
 def test_layouts_windows_and_temperatures_decode_as_they_forward(layers, changes):

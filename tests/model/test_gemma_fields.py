@@ -136,6 +136,7 @@ def test_gemma_model_is_the_same_under_the_blocked_kernel():
     np.testing.assert_allclose(forward(other, tokens), forward(reference, tokens), atol=2e-5)
 
 
+@pytest.mark.slow
 def test_gemma_decoding_with_a_cache_equals_the_forward():
     """Past the sliding window of 3, with the local rope base."""
     model = _randomise(make_model(_trial(**GEMMA, **{"model.layers": (LOCAL, LayerConfig())})))

@@ -115,6 +115,7 @@ def test_lazy_model_is_the_taylor_expansion_around_init():
     assert gap > 1e-3  # second-order terms: the twin is not the network
 
 
+@pytest.mark.slow
 def test_lazy_model_under_a_scaling_is_the_expansion_of_the_scaled_network():
     """with_scaling and with_temperature reach both terms: the scaled twin equals
     f_s(theta_0) + J_s(theta_0) d of the scaled network, not the unscaled expansion."""
