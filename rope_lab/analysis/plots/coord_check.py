@@ -11,6 +11,7 @@ import matplotlib
 import polars as pl
 from matplotlib.figure import Figure
 
+from rope_lab.analysis.plots.frames import command_rows
 from rope_lab.analysis.plots.layout import finish, panel_grid
 from rope_lab.analysis.plots.style import styled
 from rope_lab.analysis.query import QueryError
@@ -23,24 +24,7 @@ NEEDED = ("parametrization", "width", "layer", "rms_init", "rms_change")
 def coord_frame(source: Any) -> pl.DataFrame:
     """The coordinate-check rows of ``source`` (a frame, or the path of the Parquet file, alone
     or in a one-item list); QueryError naming the file when it is not one."""
-    if isinstance(source, list | tuple):
-        if len(source) != 1:
-            raise QueryError("coord-check plots one Parquet file written by rope-lab coord-check")
-        source = source[0]
-    if isinstance(source, pl.DataFrame):
-        frame = source
-    else:
-        path = Path(source)
-        if not path.is_file():
-            raise QueryError(f"{path}: not a file; give the Parquet file of rope-lab coord-check")
-        try:
-            frame = pl.read_parquet(path)
-        except Exception as err:
-            raise QueryError(f"{path}: not a Parquet file ({type(err).__name__})") from None
-    absent = [c for c in NEEDED if c not in frame.columns]
-    if absent:
-        raise QueryError(f"coord-check rows lack column {absent[0]!r}; rerun rope-lab coord-check")
-    return frame
+    return command_rows(source, "coord-check", NEEDED)
 
 
 @PLOTS.register("coord-check")

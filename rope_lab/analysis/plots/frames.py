@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Final
 
 import polars as pl
@@ -101,3 +102,27 @@ def n_seeds(frame: pl.DataFrame, keys: Sequence[str | None]) -> int:
     by = "train.seed" if "train.seed" in frame.columns else "trial_id"
     counts = frame.group_by(keys).agg(pl.col(by).n_unique()).get_column(by)
     return int(counts.to_numpy().max())
+
+
+def command_rows(source: object, command: str, needed: Sequence[str]) -> pl.DataFrame:
+    """The rows `rope-lab COMMAND --output` wrote: ``source`` is a frame, or the path of the
+    Parquet file, alone or in a one-item list. QueryError naming the file when it is not one,
+    or the first column of ``needed`` the rows lack."""
+    if isinstance(source, list | tuple):
+        if len(source) != 1:
+            raise QueryError(f"{command} plots one Parquet file written by rope-lab {command}")
+        source = source[0]
+    if isinstance(source, pl.DataFrame):
+        frame = source
+    else:
+        path = Path(str(source))
+        if not path.is_file():
+            raise QueryError(f"{path}: not a file; give the Parquet file of rope-lab {command}")
+        try:
+            frame = pl.read_parquet(path)
+        except Exception as err:
+            raise QueryError(f"{path}: not a Parquet file ({type(err).__name__})") from None
+    absent = [c for c in needed if c not in frame.columns]
+    if absent:
+        raise QueryError(f"{command} rows lack column {absent[0]!r}; rerun rope-lab {command}")
+    return frame

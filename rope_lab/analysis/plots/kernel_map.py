@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 
 from rope_lab.analysis.kernel_map import VANISHING_COS
 from rope_lab.analysis.plots.axes import log2_axis
+from rope_lab.analysis.plots.frames import command_rows
 from rope_lab.analysis.plots.layout import finish, panel_grid
 from rope_lab.analysis.plots.style import styled
 from rope_lab.analysis.query import QueryError
@@ -27,24 +28,7 @@ MAP_METRICS = ("tail_cos_mean", "kernel_tail_collapse_target", "k_cross_cos_mean
 def kernel_map_frame(source: Any) -> pl.DataFrame:
     """The kernel-map rows of ``source`` (a frame, or the path of the Parquet file, alone or in
     a one-item list); QueryError naming the file when it is not one."""
-    if isinstance(source, list | tuple):
-        if len(source) != 1:
-            raise QueryError("kernel-map plots one Parquet file written by rope-lab kernel-map")
-        source = source[0]
-    if isinstance(source, pl.DataFrame):
-        frame = source
-    else:
-        path = Path(source)
-        if not path.is_file():
-            raise QueryError(f"{path}: not a file; give the Parquet file of rope-lab kernel-map")
-        try:
-            frame = pl.read_parquet(path)
-        except Exception as err:
-            raise QueryError(f"{path}: not a Parquet file ({type(err).__name__})") from None
-    absent = [c for c in NEEDED if c not in frame.columns]
-    if absent:
-        raise QueryError(f"kernel-map rows lack column {absent[0]!r}; rerun rope-lab kernel-map")
-    return frame
+    return command_rows(source, "kernel-map", NEEDED)
 
 
 def _lines(ax: Axes, rows: pl.DataFrame, by: str, metric: str, colours: dict) -> None:
