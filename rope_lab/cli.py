@@ -252,8 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
     from rope_lab.cli_corpus import add_command as add_corpus
     from rope_lab.cli_hf import add_command as add_export
     from rope_lab.cli_isoflop import add_command as add_isoflop
-    from rope_lab.cli_lr_transfer import add_command as add_lr_transfer
     from rope_lab.cli_kernel_map import add_command as add_kernel_map
+    from rope_lab.cli_lr_transfer import add_command as add_lr_transfer
     from rope_lab.cli_reference import add_command as add_reference
 
     add_commands(sub)

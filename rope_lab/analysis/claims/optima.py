@@ -90,7 +90,7 @@ def _judge_transfer(
 
 
 @claim(
-    "lr_transfers_with_mup",
+    "mup_transfers_learning_rate",
     statement="the optimal learning rate lr* (vertex of a parabola in log lr through the best "
     "lr and its neighbours, per width; refused when the best lr is at the edge of the grid) "
     "stays put as the model widens under muP and falls under the standard parametrisation: "
@@ -104,7 +104,7 @@ def _judge_transfer(
     "standard parametrisation with Adam it shrinks with width",
     order=182,
 )
-def lr_transfers_with_mup(ev: Evidence, meta: Claim) -> list[Verdict]:
+def mup_transfers_learning_rate(ev: Evidence, meta: Claim) -> list[Verdict]:
     """Per task and ratio: muP's slope within the tolerance and SP's below 0."""
     needed = (LR, WIDTH, PARAMETRIZATION, RATIO)
     rows = _trained(ev, needed)

@@ -12,7 +12,7 @@ from tests.analysis.claims.common import by_scope, evidence
 from tests.analysis.test_isoflop import law_rows
 from tests.analysis.test_lr_transfer import sweep_rows
 
-LR_CLAIM = "lr_transfers_with_mup"
+LR_CLAIM = "mup_transfers_learning_rate"
 SIZE_CLAIM = "compute_optimal_size_depends_on_length"
 AS_TRAINED = {"method": "none", "status": "done", "model.position.kind": "alibi",
               "train.length": 16, "position_bucket": None}  # fmt: skip
