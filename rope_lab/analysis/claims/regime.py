@@ -13,7 +13,7 @@ initial output. A lazy trial is the variant of its network with ``" +lazy"``
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import polars as pl
@@ -141,6 +141,21 @@ def lazy_collapses_where_kernel_vanishes(ev: Evidence, meta: Claim) -> list[Verd
     return out
 
 
+def _twin_rises(
+    ev: Evidence, meta: Claim, out: list[Verdict]
+) -> Iterator[tuple[str, float, pl.DataFrame, str, str]]:
+    """(task, ratio, rise rows, network variant, twin variant) for each network with a lazy
+    twin evaluated past L_train; a task without one gets its missing verdict in ``out``."""
+    for task in ev.tasks():
+        ratio, pairs = _ratio(ev, task), _lazy_pairs(ev, task)
+        if ratio is None or not pairs:
+            out.append(missing(meta, task, "needs lazy and rich trials evaluated past L_train"))
+            continue
+        rise = rise_past_train(ev, task, ratio)
+        for rich, lazy in pairs.items():
+            yield task, ratio, rise, rich, lazy
+
+
 @claim(
     "features_rescue_extrapolation",
     statement=f"per encoding, the network's loss rise past L_train (at the largest evaluated "
@@ -152,20 +167,14 @@ def lazy_collapses_where_kernel_vanishes(ev: Evidence, meta: Claim) -> list[Verd
 )
 def features_rescue_extrapolation(ev: Evidence, meta: Claim) -> list[Verdict]:
     """rise(lazy) - rise(rich) > 0 per task and plain encoding with both."""
-    out = []
-    for task in ev.tasks():
-        ratio, pairs = _ratio(ev, task), _lazy_pairs(ev, task)
-        if ratio is None or not pairs:
-            out.append(missing(meta, task, "needs lazy and rich trials evaluated past L_train"))
+    out: list[Verdict] = []
+    for task, ratio, rise, rich, lazy in _twin_rises(ev, meta, out):
+        arms = {"lazy": arm(rise, [lazy]), "rich": arm(rise, [rich])}
+        scope = f"{task} @ {ratio:g}x: {rich}"
+        if not all(arms.values()):
+            out.append(missing(meta, scope, "no rows past L_train"))
             continue
-        rise = rise_past_train(ev, task, ratio)
-        for rich, lazy in pairs.items():
-            arms = {"lazy": arm(rise, [lazy]), "rich": arm(rise, [rich])}
-            scope = f"{task} @ {ratio:g}x: {rich}"
-            if not all(arms.values()):
-                out.append(missing(meta, scope, "no rows past L_train"))
-                continue
-            out.append(judge_gap(ev, meta, scope, arms, "lazy", "rich"))
+        out.append(judge_gap(ev, meta, scope, arms, "lazy", "rich"))
     return out
 
 
@@ -208,24 +217,18 @@ def _matched_pairs(ev: Evidence, task: str, rich: str, lazy: str) -> tuple[list,
 )
 def features_rescue_extrapolation_matched(ev: Evidence, meta: Claim) -> list[Verdict]:
     """rise(lazy) - rise(rich) > 0 per task and plain encoding, matched pairs only."""
-    out = []
-    for task in ev.tasks():
-        ratio, pairs = _ratio(ev, task), _lazy_pairs(ev, task)
-        if ratio is None or not pairs:
-            out.append(missing(meta, task, "needs lazy and rich trials evaluated past L_train"))
+    out: list[Verdict] = []
+    for task, ratio, rise, rich, lazy in _twin_rises(ev, meta, out):
+        twins, nets, unmatched = _matched_pairs(ev, task, rich, lazy)
+        scope = f"{task} @ {ratio:g}x: {rich} ({len(twins)} matched, {unmatched} unmatched)"
+        arms = {
+            "lazy": per_seed(rise.filter(pl.col("trial_id").is_in(twins))),
+            "rich": per_seed(rise.filter(pl.col("trial_id").is_in(nets))),
+        }
+        if not all(arms.values()):
+            out.append(missing(meta, scope, "no pair matched at L_train with rows past it"))
             continue
-        rise = rise_past_train(ev, task, ratio)
-        for rich, lazy in pairs.items():
-            twins, nets, unmatched = _matched_pairs(ev, task, rich, lazy)
-            scope = f"{task} @ {ratio:g}x: {rich} ({len(twins)} matched, {unmatched} unmatched)"
-            arms = {
-                "lazy": per_seed(rise.filter(pl.col("trial_id").is_in(twins))),
-                "rich": per_seed(rise.filter(pl.col("trial_id").is_in(nets))),
-            }
-            if not all(arms.values()):
-                out.append(missing(meta, scope, "no pair matched at L_train with rows past it"))
-                continue
-            out.append(judge_gap(ev, meta, scope, arms, "lazy", "rich"))
+        out.append(judge_gap(ev, meta, scope, arms, "lazy", "rich"))
     return out
 
 
