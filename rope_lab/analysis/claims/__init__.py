@@ -23,6 +23,7 @@ from rope_lab.analysis.claims.base import (
     Claim,
     Evidence,
     Verdict,
+    aligned_lines,
     bootstrap,
     decide,
     iter_claims,
@@ -133,12 +134,7 @@ def format_verdicts(verdicts: Sequence[Verdict], fmt: str = "table") -> str:
         return "\n".join(lines)
     if fmt != "table":
         raise ValueError(f"unknown format {fmt!r}; allowed: table, md, json")
-    widths = [
-        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)
-    ]
-    fmt_row = "  ".join(f"{{:<{w}}}" for w in widths)
-    lines = [fmt_row.format(*head), "  ".join("-" * w for w in widths)]
-    lines += [fmt_row.format(*r) for r in rows]
+    lines = aligned_lines(head, rows)
     counts = {k: sum(v.verdict == k for v in verdicts) for k in VERDICTS}
     lines.append(", ".join(f"{n} {k}" for k, n in counts.items()))
     return "\n".join(lines)

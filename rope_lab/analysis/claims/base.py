@@ -337,3 +337,15 @@ def iter_claims() -> Iterator[Claim]:
     """The registered claims in their order."""
     for _, entry in CLAIMS.items():
         yield entry
+
+
+def aligned_lines(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """A plain-text table: the header, a rule and one line per row, columns left-aligned to
+    their widest cell and separated by two spaces."""
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)
+    ]
+    fmt_row = "  ".join(f"{{:<{w}}}" for w in widths)
+    return [fmt_row.format(*head), "  ".join("-" * w for w in widths)] + [
+        fmt_row.format(*r) for r in rows
+    ]

@@ -25,7 +25,13 @@ from typing import Any, Final
 
 import polars as pl
 
-from rope_lab.analysis.claims.base import DATA_PATH, TASK_PARAMS, Evidence, Verdict
+from rope_lab.analysis.claims.base import (
+    DATA_PATH,
+    TASK_PARAMS,
+    Evidence,
+    Verdict,
+    aligned_lines,
+)
 from rope_lab.analysis.curve_labels import labelled_fields, variant_expr
 
 NO_CORPUS: Final = "–"
@@ -178,12 +184,7 @@ def format_stability(frame: pl.DataFrame, fmt: str = "table") -> str:
         return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
     if fmt != "table":
         raise ValueError(f"unknown format {fmt!r}; allowed: table, md, json")
-    widths = [
-        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)
-    ]
-    fmt_row = "  ".join(f"{{:<{w}}}" for w in widths)
-    lines = [fmt_row.format(*head), "  ".join("-" * w for w in widths)]
-    lines += [fmt_row.format(*r).rstrip() for r in rows]
+    lines = [line.rstrip() if i > 1 else line for i, line in enumerate(aligned_lines(head, rows))]
     stable = sum(r[-1] == "true" for r in rows)
     lines.append(f"{stable} of {len(rows)} stable")
     return "\n".join(lines)

@@ -164,3 +164,14 @@ def test_every_claim_gives_named_verdicts_and_says_what_it_lacks(name: str, one_
         assert v.verdict != "inconclusive" or v.reason, v
         if v.effect is not None and v.ci_low is not None and v.ci_high is not None:
             assert v.ci_low <= v.effect <= v.ci_high, v
+
+
+def test_aligned_lines_pads_each_column_to_its_widest_cell():
+    from rope_lab.analysis.claims.base import aligned_lines
+
+    assert aligned_lines(["a", "bbb"], [["xx", "y"], ["z", "wwww"]]) == [
+        "a   bbb ",
+        "--  ----",
+        "xx  y   ",
+        "z   wwww",
+    ]
