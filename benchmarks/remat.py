@@ -6,6 +6,9 @@ memory (`memory_analysis()`: arguments + temporaries, and temporaries alone) and
 (interleaved rounds, medians), as ratios against `none`; next to them the ratio of `sweep
 plan`'s estimate (`memory.train_step_bytes`).
 
+`attention` (keep the blocked kernel's output and log-sum-exp) runs only with `--attention
+blocked`, the one path it applies to.
+
 Run: `python -m benchmarks.remat [--lengths 1024 2048] [--width 64] [--depth 4] [--batch 1]
 [--attention auto] [--repeats 3]`.
 """
@@ -100,15 +103,16 @@ def main() -> None:
     parser.add_argument("--attention", default="auto")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    policies = [r for r in REMAT if r != "attention" or args.attention == "blocked"]
     rows = []
     for length in args.lengths:
         timers, memory = {}, {}
-        for remat in REMAT:
+        for remat in policies:
             timers[remat], memory[remat] = compiled_step(trial(args, length, remat))
         times = interleaved(timers, repeats=args.repeats, warmup=1)
         ms = {name: 1e3 * median(t) for name, t in times.items()}
         none = memory["none"]
-        for remat in REMAT:
+        for remat in policies:
             mem = memory[remat]
             rows.append(
                 [
@@ -137,7 +141,8 @@ def main() -> None:
     notes = (
         f"RoPE, passkey (vocab 32), width {args.width}, depth {args.depth}, head dim 16, batch "
         f"{args.batch}, float32, model.attention {args.attention} (on CPU auto runs the "
-        "reference path up to L 2048, the blocked kernel beyond); rope_lab's jitted train step. "
+        "reference path up to L 2048, the blocked kernel beyond; remat `attention` runs with "
+        "blocked only); rope_lab's jitted train step. "
         "XLA: `memory_analysis()` of the compiled step, arguments + temporaries; plan: "
         "`memory.train_step_bytes` (what `sweep plan` reports). Step time: "
         f"{args.repeats} interleaved rounds after 1 warm-up round, medians."

@@ -146,6 +146,13 @@ def _cmd_sweep_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sweep_time(args: argparse.Namespace) -> int:
+    from rope_lab.sweep.time_shares import time_report
+
+    print(time_report(args.run_dirs))
+    return 0
+
+
 def _cmd_sweep_submit(args: argparse.Namespace) -> int:
     from rope_lab.sweep.spec import load_spec
 
@@ -216,6 +223,13 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     p = ssub.add_parser("status", help="show the trials of a run directory and their status")
     p.add_argument("run_dir", type=Path)
     p.set_defaults(func=_cmd_sweep_status)
+    p = ssub.add_parser(
+        "time",
+        help="where a run's time went: wall and compile seconds per stage group and phase, "
+        "the shares of training, evaluating and compiling, and the run's span",
+    )
+    p.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
+    p.set_defaults(func=_cmd_sweep_time)
     p = ssub.add_parser("submit", help="submit a sweep to a Ray cluster as a Ray job")
     p.add_argument("spec", type=Path)
     p.add_argument("--address", required=True, help="Ray job server, e.g. http://HEAD:8265")

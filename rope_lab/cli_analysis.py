@@ -395,9 +395,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "error of predicting the largest N from the others. `rope-lab plot loss-law` draws it.",
     )
     p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
-    p.add_argument("--by", metavar="COLS", default="task.name,model.position.kind",
-                   help="comma-separated columns, one fit per group (default: "
-                   "task.name,model.position.kind; '' for one fit)")  # fmt: skip
+    p.add_argument("--by", metavar="COLS", default="task.name,corpus,model.position.kind",
+                   help="comma-separated columns, one fit per group (default: task.name,"
+                   "corpus,model.position.kind; corpus: a text task's corpus; '' for one "
+                   "fit)")  # fmt: skip
     p.add_argument("--n", default="n_params_non_embedding", metavar="COL",
                    help="size column (default n_params_non_embedding; or n_params)")  # fmt: skip
     p.add_argument("--length-ratio", type=positive_float, help="default 1 (L_train)")

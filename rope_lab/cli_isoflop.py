@@ -147,9 +147,10 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--by",
         metavar="COLS",
-        default="task.name,label",
+        default="task.name,corpus,label",
         help="comma-separated columns, one frontier per group and length ratio "
-        "(default: task.name,label; label names the encoding and scaling)",
+        "(default: task.name,corpus,label; corpus: a text task's corpus; label names the "
+        "encoding and scaling)",
     )
     p.add_argument(
         "--ratio",

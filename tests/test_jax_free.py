@@ -9,10 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.fixtures.shipped_specs import NEEDS_DATA
 
-# specs whose trials need data that is not shipped: a prepared corpus or a checkpoint folder
-NEEDS_DATA = {"reproduce.yaml", "tokens_cpu.yaml", "pretrained_extension.yaml"}
+REPO = Path(__file__).resolve().parents[1]
 
 CHECK = """
 import json, sys

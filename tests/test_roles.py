@@ -107,6 +107,8 @@ OFF_NEUTRAL: dict[str, dict[str, object]] = {
     "model.norm_zero_centred": {"model.norm": "rmsnorm", "model.norm_zero_centred": True},
     "model.attention_scale_dim": {"model.attention_scale_dim": 12.0},
     "model.logit_softcap": {"model.logit_softcap": 30.0},
+    "model.block": {"model.block": "parallel"},
+    "model.logit_scale": {"model.logit_scale": 0.5},
     "model.norm_eps": {"model.norm_eps": 1e-6},
     "model.position.randomized": {
         "model.position.randomized": True,
@@ -182,7 +184,8 @@ def test_export_refuses_each_single_valued_field_naming_it():
         for f, role in roles(ModelConfig)
         if isinstance(role.export, Export) and role.export.only is not NOTHING
     }
-    assert only == set(NOT_LLAMA) - {"mlp"}  # written: swiglu, or geglu in a Gemma 3 block
+    # written: swiglu, or geglu in a Gemma 3 block; rmsnorm, or layernorm_no_bias in Cohere 2's
+    assert only == set(NOT_LLAMA) - {"mlp", "norm"}
     for name, value in NOT_LLAMA.items():
         with pytest.raises(CheckpointError, match=rf"^model\.{name}: {value!r} has no Hugging"):
             hf_config(replace(llama, **{name: value}), vocab_size=40, train_length=16)

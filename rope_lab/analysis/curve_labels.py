@@ -33,6 +33,10 @@ TEMPERATURE_LABEL: Final = "log-length temperature"  # what a temperature row's 
 LAYERS: Final = "model.layers"
 PROTOCOL: Final = "eval.text_protocol"
 STRIDE: Final = "eval.text_stride"
+TASK_PARAMS: Final = "task.params"  # a task's parameters, as JSON pairs: [["path", "..."]]
+# a text task's corpus (file, builtin: or folder), from its parameters
+DATA_PATH: Final = pl.col(TASK_PARAMS).str.extract(r'\[\s*"path"\s*,\s*"((?:[^"\\]|\\.)*)"\s*\]', 1)
+CORPUS: Final = "corpus"  # the column `corpus_expr` names
 # The curve-label rules a field's role may name instead of a `Label` (`rope_lab.roles`).
 RULES: Final = ("encoding", "family", "layout", "protocol")
 
@@ -205,6 +209,15 @@ def variant_expr(columns: Sequence[str], *, protocol: bool = True) -> pl.Expr:
         elif item.label == "protocol" and item.column == PROTOCOL and protocol:
             parts.append(protocol_expr(columns))
     return pl.concat_str(parts)
+
+
+def corpus_expr(columns: Sequence[str]) -> pl.Expr:
+    """The column `corpus`: a text task's corpus (the `path` of `task.params`), null for a task
+    that reads none. Two corpora are two tasks for every fit: their losses are not one curve
+    even in bits per byte (a byte-level and a BPE model of one text differ in level and in
+    what a training token is)."""
+    value = DATA_PATH if TASK_PARAMS in columns else pl.lit(None, dtype=pl.String)
+    return value.alias(CORPUS)
 
 
 def protocol_expr(columns: Sequence[str]) -> pl.Expr:

@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from rope_lab.analysis.fit_groups import check_one_scale
 from rope_lab.analysis.fits import percentile_ci
 
 __all__ = [
@@ -283,6 +284,7 @@ def isoflop_tables(
     missing = [c for c in dict.fromkeys(needed) if c not in frame.columns]
     if missing:
         raise ValueError(f"isoflop: no column(s) {missing}; columns are {frame.columns}")
+    check_one_scale(frame.filter(pl.col(y).is_not_null()), y, by, "isoflop")
     source = f"column {flops}" if flops else f"6 N D (N = {n}, D = {d})"
     parts = frame.partition_by(list(by), as_dict=True, maintain_order=True) if by else {(): frame}
     profile_rows: list[dict[str, Any]] = []

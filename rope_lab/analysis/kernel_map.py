@@ -17,7 +17,9 @@ random gradients (`random_feature_cosine`: sqrt(2 / (pi P)) for P parameters, ~0
 `vanishing_ratios` gives per point the first measured ratio at or below the threshold (the
 metric averaged over seeds), or, when none is, the log-linear trend value = a + b log2(ratio)
 fitted over the measured ratios and extrapolated to the threshold (none when b >= 0: the
-kernel does not fall with length).
+kernel does not fall with length). Rows of a trained run (`rope-lab kernel-map --from-run`)
+carry a `stage`, "init" or "trained", which is part of the point; `stages_side_by_side` puts a
+point's two stages on one row.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ import polars as pl
 from numpy.typing import ArrayLike
 
 VANISHING_COS = 0.1
-POINT = ("encoding", "depth", "width", "parametrization", "kernel")
+POINT = ("encoding", "depth", "width", "parametrization", "kernel", "stage")
+STAGE_COLUMNS = ("at_max_ratio", "slope", "crossed_at", "extrapolated")
 
 
 def random_feature_cosine(parameters: int) -> float:
@@ -97,12 +100,28 @@ def vanishing_table(frame: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([p for p in parts if p.height], how="vertical_relaxed")
 
 
+def stages_side_by_side(table: pl.DataFrame) -> pl.DataFrame:
+    """A `vanishing_table` with a `stage` column as one row per point and metric: the point's
+    columns, then `STAGE_COLUMNS` of "init" and of "trained" (prefixed `init_`, `trained_`;
+    null where a stage lacks the point, as the NNGP after training)."""
+    keys = [c for c in POINT if c in table.columns and c != "stage"] + ["metric"]
+    init, trained = (
+        table.filter(pl.col("stage") == stage).select(
+            *keys, *(pl.col(c).alias(f"{stage}_{c}") for c in STAGE_COLUMNS)
+        )
+        for stage in ("init", "trained")
+    )
+    return init.join(trained, on=keys, how="full", coalesce=True, maintain_order="left")
+
+
 __all__ = [
     "POINT",
+    "STAGE_COLUMNS",
     "VANISHING_COS",
     "crossing",
     "log_linear_trend",
     "random_feature_cosine",
+    "stages_side_by_side",
     "vanishing_ratios",
     "vanishing_table",
 ]

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import sys
 import warnings
 from typing import Any
 
@@ -53,6 +54,10 @@ HOFFMANN_GRID: dict[str, tuple[float, ...]] = {
 }
 _NAMES = ("E", "A", "alpha", "B", "beta")  # natural parameters, in the order of theta
 MIN_DISTINCT = 3  # distinct N (and D) values needed to identify a power-law term and E
+
+
+def _log_floor(value: float) -> float:
+    return math.log(max(value, sys.float_info.min))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,9 +99,11 @@ class LossLawFit:
         return np.asarray(out + self.B * np.power(np.asarray(d, dtype=float), -self.beta))
 
     def theta(self) -> _Array:
-        """The fitted law as an optimiser start: (log E, log A, alpha[, log B, beta])."""
-        head = [math.log(self.E), math.log(self.A), self.alpha]
-        tail = [math.log(self.B), self.beta] if self.two_variable else []
+        """The fitted law as an optimiser start: (log E, log A, alpha[, log B, beta]). A term
+        whose exp underflowed to 0 (E of a law with no floor) starts at the log of the
+        smallest positive float: the same law to rounding, and a finite start."""
+        head = [_log_floor(self.E), _log_floor(self.A), self.alpha]
+        tail = [_log_floor(self.B), self.beta] if self.two_variable else []
         return np.asarray(head + tail, dtype=float)
 
     def as_dict(self) -> dict[str, float | int | bool]:

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from rope_lab.analysis.fit_groups import check_one_scale
 from rope_lab.analysis.loss_law import MIN_DISTINCT, LossLawFit, as_1d, fit_loss_law
 
 __all__ = ["LAW_COLUMNS", "HeldOutCheck", "held_out_check", "loss_law_table"]
@@ -146,6 +147,7 @@ def loss_law_table(
     missing = [c for c in (n, d, y, *by) if c not in frame.columns]
     if missing:
         raise ValueError(f"loss-law fit: no column(s) {missing}; columns are {frame.columns}")
+    check_one_scale(frame.filter(pl.col(y).is_not_null()), y, by, "loss-law fit")
     parts = frame.partition_by(list(by), as_dict=True, maintain_order=True) if by else {(): frame}
     rows: list[dict[str, Any]] = []
     for key, part in parts.items():

@@ -22,6 +22,7 @@ from rope_lab.analysis.curve_labels import (
     FACTOR_FIELD,
     KIND,
     SCALING_FIELD,
+    corpus_expr,
     label_expr,
     own_field,
     trained_expr,
@@ -204,7 +205,8 @@ def eval_table(
     mode: str = "teacher_forced",
     depths: bool | None = False,
 ) -> pl.DataFrame:
-    """Eval rows joined with their trial config, plus ``length_ratio`` and ``label``.
+    """Eval rows joined with their trial config, plus ``length_ratio``, ``label`` and
+    ``corpus`` (a text task's corpus, `curve_labels.corpus_expr`; null for other tasks).
 
     ``length_ratio = length / train.length``; ``whole_sequence=False`` keeps the per-position-
     bucket rows too (``position_bucket`` = bucket start, null for the whole sequence).
@@ -228,7 +230,7 @@ def eval_table(
     if mode != "all":
         lf = lf.filter(pl.col("mode").fill_null("teacher_forced") == mode)
     columns = lf.collect_schema().names()
-    extra = [label_expr(columns)]
+    extra = [label_expr(columns), corpus_expr(columns)]
     if "train.length" in columns:
         extra.append((pl.col("length") / pl.col("train.length")).alias("length_ratio"))
     return lf.with_columns(extra).collect()

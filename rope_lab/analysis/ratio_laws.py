@@ -19,8 +19,7 @@ loss, N, D, the seed and the group columns) and returns one row per group and ra
 
 A group that cannot be fitted says why in ``error`` (``heldout_error``, ``gap_error``,
 ``joint_error`` for the parts), never with a silent NaN. ``check_one_scale`` refuses a group
-that pools different tasks, or (for a loss in nats per token) different corpora and so
-different tokenizers.
+that pools different tasks or different corpora (also in bits per byte).
 """
 
 from __future__ import annotations
@@ -32,54 +31,18 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from rope_lab.analysis.fit_groups import check_one_scale
 from rope_lab.analysis.gap_law import JOINT_NAMES, fit_gap_law, fit_joint_law
 from rope_lab.analysis.loss_law import MIN_DISTINCT, LossLawFit, fit_loss_law
 from rope_lab.analysis.loss_law_table import D_UNITS, held_out_check
-from rope_lab.analysis.query import BITS_PER_BYTE, QueryError
+from rope_lab.analysis.query import QueryError
 
-__all__ = ["RATIO", "check_one_scale", "ratio_law_table", "ratio_points", "trial_gaps"]
+__all__ = ["RATIO", "ratio_law_table", "ratio_points", "trial_gaps"]
 
 RATIO = "length_ratio"
 # the held-out fit starts from the full fit's optimum and the best few grid points
 HELD_OUT_STARTS = 4
 _Array = np.ndarray[Any, np.dtype[np.float64]]
-
-
-def _group_name(by: Sequence[str], key: tuple[Any, ...]) -> str:
-    return ", ".join(f"{c}={v}" for c, v in zip(by, key, strict=True)) or "all rows"
-
-
-def _counts(part: pl.DataFrame, col: Any) -> str:
-    """``"a: 12 trials, b: 8 trials"``: trials per value of the expression ``col``."""
-    counts = part.group_by(col.alias("_v")).agg(pl.col("trial_id").n_unique().alias("k"))
-    pairs = sorted(counts.iter_rows(), key=lambda p: str(p[0]))
-    return ", ".join(f"{v}: {k} trials" for v, k in pairs)
-
-
-def check_one_scale(frame: pl.DataFrame, y: str, by: Sequence[str]) -> None:
-    """QueryError naming the group and the counts when a group of ``by`` pools trials of
-    different ``task.name``, or, for a loss other than bits per byte, of different corpora
-    (the ``path`` of ``task.params``: a byte-level and a BPE corpus count tokens of two
-    tokenizers, whose losses per token are not on one scale)."""
-    from rope_lab.analysis.claims.base import DATA_PATH, TASK_PARAMS
-
-    parts = frame.partition_by(list(by), as_dict=True, maintain_order=True) if by else {(): frame}
-    for key, part in parts.items():
-        name = _group_name(by, key)
-        if "task.name" in part.columns and part.get_column("task.name").n_unique() > 1:
-            tasks = part.get_column("task.name").n_unique()
-            raise QueryError(
-                f"loss laws by ratio: group {name} pools {tasks} tasks "
-                f"({_counts(part, pl.col('task.name'))}); add task.name to --by"
-            )
-        if y != BITS_PER_BYTE and TASK_PARAMS in part.columns:
-            corpora = part.select(DATA_PATH.alias("p")).get_column("p").drop_nulls().n_unique()
-            if corpora > 1:
-                raise QueryError(
-                    f"loss laws by ratio: group {name} pools {corpora} corpora (tokenizers) in "
-                    f"{y} per token ({_counts(part.filter(DATA_PATH.is_not_null()), DATA_PATH)}); "
-                    "fit --metric bits_per_byte (every row needs it) or add task.params to --by"
-                )
 
 
 def ratio_points(
@@ -291,12 +254,12 @@ def ratio_law_table(
     """Per group of ``by`` and length ratio: the loss law, its held-out error, the joint law's
     held-out error and parameters, and the gap law (module doc). ``frame``: eval rows, one per
     trial and ratio within a group. QueryError for missing columns, a trial with several rows
-    at one ratio in a group, or a group that pools tasks or tokenizers (`check_one_scale`).
+    at one ratio in a group, or a group that pools tasks or corpora (`check_one_scale`).
     ``n_boot``: bootstrap draws of the gap laws (cheap: a line per draw); ``law_boot``: of
     each ratio's loss law (a refit each, ~10 ms; 0: no intervals); ``n_starts``: L-BFGS starts
     per loss-law fit (`fit_loss_law`)."""
     points = ratio_points(frame, n=n, d=d, y=y, by=by, seed_col=seed_col)
-    check_one_scale(frame.filter(pl.col(y).is_not_null()), y, by)
+    check_one_scale(frame.filter(pl.col(y).is_not_null()), y, by, "loss laws by ratio")
     opts: dict[str, Any] = {"n_boot": n_boot, "law_boot": law_boot, "n_starts": n_starts}
     opts |= {"level": level, "seed": seed}
     parts = points.partition_by(list(by), as_dict=True, maintain_order=True) if by else {(): points}

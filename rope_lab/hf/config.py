@@ -12,8 +12,9 @@ biases), qwen3 (QK-norm), phi3 (fused projections, partial rotary) and smollm3 (
 by `no_rope_layers`, `rope_lab.hf.layouts`), olmo2 and olmo3 (norms on the sublayers'
 outputs, QK-norm over the whole projection; OLMo 3's sliding-window layers by `layer_types`,
 with their own `rope_parameters`), gemma3_text (Gemma 3's sandwich norms, GeGLU, scaled
-embedding, zero-centred norms, query scalar and sliding layers, `rope_lab.hf.gemma`); cohere2
-is refused naming every feature rope_lab lacks (`rope_lab.hf.refusals`). A field rope_lab cannot
+embedding, zero-centred norms, query scalar and sliding layers, `rope_lab.hf.gemma`), cohere2
+(parallel block, LayerNorm without bias, logit scale, NoPE full layers: `rope_lab.hf.cohere`).
+A field rope_lab cannot
 express (an output-projection bias, an MLP bias, an activation other than SiLU, a layer mix of
 sliding and full attention, a rope_type without a rope_lab method) is refused naming it; so is
 a missing or mistyped field (`rope_lab.hf.fields`) and rope parameters transformers refuses or
@@ -31,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from rope_lab.config import LayerConfig, ModelConfig, PositionConfig
-from rope_lab.hf.fields import CheckpointError, Fields, parse_config
+from rope_lab.hf.cohere import COHERE2, cohere_config, cohere_exported, cohere_model_fields
+from rope_lab.hf.fields import CheckpointError, Fields, local_folder, parse_config, size_keys
 from rope_lab.hf.gemma import (
     FULL_EVERY,
     GEMMA3,
@@ -49,13 +51,13 @@ from rope_lab.hf.layouts import (
     smollm3_fields,
     smollm3_layers,
 )
-from rope_lab.hf.refusals import REFUSED, refuse_family
 from rope_lab.hf.rope_rules import check_rope_parameters, original_length
 from rope_lab.hf.shapes import Sizes, sizes_of
 from rope_lab.model.positions.rotary import RopeConfig
 from rope_lab.roles import NOTHING, Export, roles
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "smollm3", "olmo2", "olmo3", GEMMA3)
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "smollm3", "olmo2", "olmo3", GEMMA3,
+            COHERE2)  # fmt: skip
 # OLMo 2 / 3: norms on the sublayers' outputs, QK-norm over the whole projection
 _OLMO = ("olmo2", "olmo3")
 # rope_theta where config.json sets none (transformers' `default_theta` of the family)
@@ -93,23 +95,6 @@ class HFArchitecture:
     sizes: Sizes | None = None  # the tensor sizes it implies (`rope_lab.hf.shapes`)
 
 
-def local_folder(path: str | Path) -> Path:
-    """`path` as an existing local folder holding config.json; CheckpointError otherwise (a
-    hub name or URL is refused: rope_lab never downloads)."""
-    text = str(path)
-    if "://" in text:
-        raise CheckpointError(f"{text}: not a local folder (rope_lab reads local checkpoints only)")
-    folder = Path(path).expanduser()
-    if not folder.is_dir():
-        raise CheckpointError(
-            f"{text}: no such local folder (rope_lab reads local checkpoints only; download "
-            "the checkpoint first, e.g. `huggingface-cli download NAME --local-dir DIR`)"
-        )
-    if not (folder / "config.json").is_file():
-        raise CheckpointError(f"{folder}: no config.json, not a Hugging Face checkpoint folder")
-    return folder
-
-
 def read_config(path: str | Path) -> HFArchitecture:
     """The `HFArchitecture` of the checkpoint folder `path` (see the module docstring)."""
     file = local_folder(path) / "config.json"
@@ -120,8 +105,6 @@ def from_hf_dict(cfg: dict[str, Any], where: str = "config.json") -> HFArchitect
     """`read_config` of a config already parsed; `where` names it in errors."""
     f = Fields(cfg, where)
     model_type = cfg.get("model_type")
-    if model_type in REFUSED:
-        refuse_family(f, model_type)
     if model_type not in FAMILIES:
         raise CheckpointError(
             f"{where}: model_type {model_type!r} is not supported; supported: {', '.join(FAMILIES)}"
@@ -161,7 +144,8 @@ def from_hf_dict(cfg: dict[str, Any], where: str = "config.json") -> HFArchitect
     if model_type in ("olmo3", GEMMA3):
         period = FULL_EVERY if model_type == GEMMA3 else 4
         layers = olmo3_layers(f, depth, None if sliding == position else sliding, period)
-    gemma = gemma_model_fields(f, head_dim) if model_type == GEMMA3 else {}
+    own = gemma_model_fields(f, head_dim) if model_type == GEMMA3 else {}
+    own = cohere_model_fields(f, depth) if model_type == COHERE2 else own
     fields: dict[str, Any] = dict(
         width=width,
         depth=depth,
@@ -176,11 +160,11 @@ def from_hf_dict(cfg: dict[str, Any], where: str = "config.json") -> HFArchitect
         qk_norm=model_type in ("qwen3", *_OLMO),
         qk_norm_scope="projection" if model_type in _OLMO else "head",
         norm_placement="post" if model_type in _OLMO else "pre",
-        tie_embeddings=f.boolean("tie_word_embeddings", model_type == GEMMA3),
+        tie_embeddings=f.boolean("tie_word_embeddings", model_type in (GEMMA3, COHERE2)),
         position=position,
         layers=layers,
     )
-    model = ModelConfig(**{**fields, **gemma})
+    model = ModelConfig(**{**fields, **own})
     assert model.d_mlp == inter, (model.d_mlp, inter)
     return HFArchitecture(
         model_type=model_type,
@@ -211,7 +195,7 @@ def _refuse(f: Fields, model_type: str) -> None:
             f"{where}: use_sliding_window: true (sliding layers above max_window_layers) is not "
             "supported"
         )
-    if model_type in ("smollm3", "olmo3", GEMMA3):  # their layer_types are read with the layout
+    if model_type in ("smollm3", "olmo3", GEMMA3, COHERE2):  # layer_types read with the layout
         return
     types = f.cfg.get("layer_types")
     if types is not None and not (
@@ -326,7 +310,7 @@ def hf_config(model: ModelConfig, vocab_size: int, train_length: int) -> dict[st
     """A Hugging Face config.json (as a dict) for a rope_lab model: llama, qwen2 (q/k/v
     biases) or qwen3 (QK-norm), mistral (one sliding-window layer kind), smollm3 (RoPE and
     NoPE layers), olmo2 / olmo3 (post-norm, `rope_lab.hf.layouts`), gemma3_text (sandwich
-    norms, `rope_lab.hf.gemma`); CheckpointError
+    norms, `rope_lab.hf.gemma`), cohere2 (parallel block, `rope_lab.hf.cohere`); CheckpointError
     naming the first field Hugging Face's Llama family cannot express."""
     _exportable(model)
     rope = model.position.options
@@ -337,6 +321,8 @@ def hf_config(model: ModelConfig, vocab_size: int, train_length: int) -> dict[st
         train_length=train_length,
         params=dict(rope.params),
     )
+    if model.block == "parallel":
+        return cohere_config(model, vocab_size, params, max_pos)
     if is_gemma(model):
         olmo = gemma_fields(model, params)  # the same shape of fields as OLMo 3's
         model_type = GEMMA3
@@ -361,12 +347,7 @@ def hf_config(model: ModelConfig, vocab_size: int, train_length: int) -> dict[st
     out: dict[str, Any] = {
         "architectures": [arch],
         "model_type": model_type,
-        "vocab_size": vocab_size,
-        "hidden_size": model.width,
-        "intermediate_size": model.d_mlp,
-        "num_hidden_layers": model.depth,
-        "num_attention_heads": model.n_heads,
-        "num_key_value_heads": model.n_kv_heads,
+        **size_keys(model, vocab_size),
         "head_dim": model.d_head,
         "hidden_act": "silu",
         "rms_norm_eps": model.norm_eps,
@@ -424,6 +405,8 @@ def _exportable(m: ModelConfig) -> None:
         )
     if m.qk_norm and m.qkv_bias:
         raise CheckpointError("model.qk_norm with model.qkv_bias: no Hugging Face family has both")
+    if cohere_exported(m):  # Cohere 2's own checks passed (or the Cohere fields are neutral)
+        return
     if is_gemma(m):
         gemma_fields(m, {"rope_theta": rope.theta})  # refuses what Gemma 3 cannot hold
         return

@@ -1,21 +1,55 @@
-"""A checkpoint's `config.json` read field by field: `parse_config(file)` refuses a file that is
-not a JSON object, and `Fields(cfg, file)` reads each field with its JSON type and range, so a
-missing or mistyped one is one `CheckpointError` line naming the file and the key (where the
-plain dict gave a `KeyError`, a `ValueError` or a model of the wrong shape)."""
+"""A checkpoint's `config.json` read field by field: `local_folder(path)` finds it (a local
+folder only), `parse_config(file)` refuses a file that is not a JSON object, and
+`Fields(cfg, file)` reads each field with its JSON type and range, so a missing or mistyped
+one is one `CheckpointError` line naming the file and the key (where the plain dict gave a
+`KeyError`, a `ValueError` or a model of the wrong shape)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rope_lab.typed import ConfigError
+
+if TYPE_CHECKING:
+    from rope_lab.config import ModelConfig
 
 MISSING: Any = object()
 
 
 class CheckpointError(ConfigError):
     """A checkpoint folder or config that rope_lab cannot load, with the reason."""
+
+
+def local_folder(path: str | Path) -> Path:
+    """`path` as an existing local folder holding config.json; CheckpointError otherwise (a
+    hub name or URL is refused: rope_lab never downloads)."""
+    text = str(path)
+    if "://" in text:
+        raise CheckpointError(f"{text}: not a local folder (rope_lab reads local checkpoints only)")
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        raise CheckpointError(
+            f"{text}: no such local folder (rope_lab reads local checkpoints only; download "
+            "the checkpoint first, e.g. `huggingface-cli download NAME --local-dir DIR`)"
+        )
+    if not (folder / "config.json").is_file():
+        raise CheckpointError(f"{folder}: no config.json, not a Hugging Face checkpoint folder")
+    return folder
+
+
+def size_keys(model: ModelConfig, vocab_size: int) -> dict[str, int]:
+    """The keys of an exported config.json that every family spells alike: vocabulary, width,
+    MLP width, depth and (key/value) heads."""
+    return {
+        "vocab_size": vocab_size,
+        "hidden_size": model.width,
+        "intermediate_size": model.d_mlp,
+        "num_hidden_layers": model.depth,
+        "num_attention_heads": model.n_heads,
+        "num_key_value_heads": model.n_kv_heads,
+    }
 
 
 def parse_config(file: Path) -> dict[str, Any]:

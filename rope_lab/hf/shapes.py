@@ -111,6 +111,8 @@ def expected_tensors(arch: HFArchitecture) -> dict[str, tuple[tuple[tuple[int, s
     })  # fmt: skip
     if sandwich:
         per_layer["post_feedforward_layernorm.weight"] = ((s.width,), "")
+    if m.block == "parallel":  # one norm before both sublayers
+        del per_layer[f"{mlp_norm}.weight"]
     for i in range(m.depth):
         out.update({f"model.layers.{i}.{name}": spec for name, spec in per_layer.items()})
     return out

@@ -6,9 +6,12 @@ family (`rope_lab.hf.config.FAMILIES`) into a `Transformer` whose forward equals
 fused `qkv_proj` split into its query, key and value rows), the q/k/v biases (Qwen2), the
 per-head `q_norm` / `k_norm` (Qwen3), `post_attention_layernorm`, `mlp.{gate,up,down}_proj`
 (Phi-3's fused `gate_up_proj`: gate rows first), then `model.norm` and `lm_head` (absent when
-tied). Layers stack along the leading axis of `Transformer.blocks`. Stored rotary frequencies
-(`rotary_emb.inv_freq`, in older checkpoints) are skipped, as transformers skips them. Weights
-are read with `safetensors` into the requested dtype; nothing is downloaded.
+tied). Cohere 2's q_proj and k_proj rows are reordered per head from interleaved rotary pairs to
+rope_lab's half-split ones (`rope_lab.hf.cohere`; a parallel block has no
+`post_attention_layernorm`). Layers stack along the leading axis of `Transformer.blocks`.
+Stored rotary frequencies (`rotary_emb.inv_freq`, in older checkpoints) are skipped, as
+transformers skips them. Weights are read with `safetensors` into the requested dtype;
+nothing is downloaded.
 
 `save_hf(model, out, ...)` writes the reverse: a checkpoint `transformers` loads.
 """
@@ -29,6 +32,7 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from rope_lab.config import ModelConfig
+from rope_lab.hf.cohere import COHERE2, half_split_rows, interleaved_rows, is_cohere
 from rope_lab.hf.config import CheckpointError, HFArchitecture, hf_config, read_config
 from rope_lab.hf.shapes import DERIVED, check_fused, check_tensors
 from rope_lab.model.positions import make_position_encoding
@@ -181,7 +185,20 @@ def _read_tensors(folder: Path, arch: HFArchitecture) -> dict[str, np.ndarray]:
             raise corrupt(file, what, err, hint=hint) from None
     if arch.model_type == "phi3":
         _split_phi3(tensors, arch)
+    if arch.model_type == COHERE2:
+        _reorder_rotary_rows(tensors, arch.model, half_split_rows)
     return tensors
+
+
+def _reorder_rotary_rows(tensors: dict[str, np.ndarray], model: ModelConfig, order) -> None:
+    """Each layer's q_proj and k_proj weight rows (heads x head_dim, width) in the row `order`
+    of (heads, head_dim) (`half_split_rows` or `interleaved_rows`), in place; a tensor of
+    another shape is left for `check_tensors` to name."""
+    for i in range(model.depth):
+        for name, heads in (("q", model.n_heads), ("k", model.n_kv_heads)):
+            key = f"model.layers.{i}.self_attn.{name}_proj.weight"
+            if key in tensors and tensors[key].shape[0] == heads * model.d_head:
+                tensors[key] = tensors[key][order(heads, model.d_head)]
 
 
 def _split_phi3(tensors: dict[str, np.ndarray], arch: HFArchitecture) -> None:
@@ -215,6 +232,8 @@ def hf_tensors(model: Transformer) -> dict[str, np.ndarray]:
             continue
         for i in range(model.config.depth):
             out[f"model.layers.{i}.{name}"] = arrays(stacked[i])
+    if is_cohere(model.config):
+        _reorder_rotary_rows(out, model.config, interleaved_rows)
     return out
 
 

@@ -92,4 +92,4 @@ def _block_statistics(
         stats["gate_mean"] = gate.reshape(*gate.shape[:2], attn.heads, -1).mean((1, 3))
     if attn.forget is not None:
         stats["log_forget"] = jax.nn.log_sigmoid(attn.forget(h).astype(jnp.float32)).mean(1)
-    return block.add_mlp(block.add_attention(x, attn.output(h, out))), stats
+    return block.finish(x, attn.output(h, out)), stats

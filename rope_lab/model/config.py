@@ -24,7 +24,9 @@ from rope_lab.typed import ConfigError, check_choice, check_positive, variant_cl
 if TYPE_CHECKING:
     from rope_lab.config import TrialConfig
 
-NORMS = ("layernorm", "rmsnorm")
+# layernorm: mean-centred, weight and bias; layernorm_no_bias: weight only (Cohere 2)
+NORMS = ("layernorm", "rmsnorm", "layernorm_no_bias")
+BLOCKS = ("sequential", "parallel")
 # where a block's norms sit: before each sublayer (x + f(norm(x))), on its output (OLMo 2's
 # x + norm(f(x))) or both (Gemma 3's sandwich x + norm(f(norm(x))), two norms per sublayer)
 NORM_PLACEMENTS = ("pre", "post", "sandwich")
@@ -149,6 +151,10 @@ class ModelConfig:
     by (1 + weight), its weight initialised to 0; `attention_scale_dim`: attention logits
     scaled by 1/sqrt(attention_scale_dim) instead of 1/sqrt(d_head) (Gemma's
     `query_pre_attn_scalar`); `logit_softcap` c: the output logits become c tanh(logits / c).
+
+    Cohere 2's fields: `block: parallel`: h = x + attn(norm x) + mlp(norm x), one norm per
+    block (`sequential`: the MLP reads the residual after attention); `logit_scale` s: the
+    readout logits times s (before any soft-cap); `norm: layernorm_no_bias`.
     """
 
     width: int = identity(128, export=WRITTEN, needs=None)
@@ -156,7 +162,7 @@ class ModelConfig:
     head_dim: int | None = identity(32, export=WRITTEN, needs=ATTENTION)
     heads: int | None = identity(None, export=WRITTEN, needs=ATTENTION)
     mlp_ratio: float = identity(4.0, export=WRITTEN, needs=None)
-    norm: str = identity("layernorm", export=only("rmsnorm"), needs=None)
+    norm: str = identity("layernorm", export=WRITTEN, needs=None)  # HF: rmsnorm, or Cohere's
     mlp: str = identity("gelu", export=WRITTEN, needs=None)  # swiglu, or geglu in Gemma 3
     parametrization: str = identity("sp", export=only("sp"), needs=None)
     base_width: int = identity(128, export=NOT_IN_CHECKPOINT, needs=None)
@@ -213,6 +219,13 @@ class ModelConfig:
     )
     logit_softcap: float | None = identity(
         None, neutral=None, label=Label(" softcap{}"), export=WRITTEN, needs=ATTENTION
+    )
+    block: str = identity(
+        "sequential", neutral="sequential", label=Label(" +{} block"), export=WRITTEN,
+        needs=ATTENTION,
+    )  # fmt: skip
+    logit_scale: float = identity(
+        1.0, neutral=1.0, label=Label(" logit-scale{}"), export=WRITTEN, needs=ATTENTION
     )
     norm_eps: float = identity(
         1e-5, neutral=1e-5, label=Label(" eps{}"), export=WRITTEN, needs=NORM_EPS
@@ -333,6 +346,7 @@ def check_model(cfg: TrialConfig) -> None:
     check_choice(m.mlp, MLPS, "model.mlp")
     check_choice(m.norm_placement, NORM_PLACEMENTS, "model.norm_placement")
     check_choice(m.qk_norm_scope, QK_NORM_SCOPES, "model.qk_norm_scope")
+    check_choice(m.block, BLOCKS, "model.block")
     check_choice(m.parametrization, PARAMETRIZATIONS, "model.parametrization")
     check_choice(m.dtype, DTYPES, "model.dtype")
     check_choice(m.attention, ATTENTION_IMPLEMENTATIONS, "model.attention")
@@ -367,6 +381,10 @@ def _check_heads(m: ModelConfig) -> None:
         raise ConfigError(f"model.norm_zero_centred: needs model.norm: rmsnorm, got {m.norm!r}")
     check_positive(m.attention_scale_dim, "model.attention_scale_dim")
     check_positive(m.logit_softcap, "model.logit_softcap")
+    check_positive(m.logit_scale, "model.logit_scale")
+    if m.block == "parallel" and m.norm_placement != "pre":
+        raise ConfigError("model.block: parallel has one norm before both sublayers; needs "
+                          f"model.norm_placement: pre, got {m.norm_placement!r}")  # fmt: skip
     if m.attention_scale_dim is not None and m.parametrization == "mup":
         raise ConfigError("model.attention_scale_dim: muP sets the attention scale itself; "
                           "use parametrization sp or ntk")  # fmt: skip

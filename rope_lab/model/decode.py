@@ -55,7 +55,7 @@ def _block(static: Block, r_params: Block, i: int) -> Block:
 def _rest_of_block(block: Block, h: Array, x: Array, heads: Float[Array, "H L Dh"]) -> Array:
     """The block after attention: the layer's output from the heads' outputs (`x` the
     attention's input, for an output gate), residual, MLP."""
-    return block.add_mlp(block.add_attention(h, block.attn.output(x, heads)))
+    return block.finish(h, block.attn.output(x, heads))
 
 
 def prefill(

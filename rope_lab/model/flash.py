@@ -15,6 +15,10 @@ backward pass sends each pair's dS to its set's dq and dk (`attention_logits.per
 path's lengths); it cannot add a contextual term (CoPE), which needs a query's whole row.
 A variant whose `normaliser` replaces softmax runs its own kernel (`Normaliser.blocked`) on
 the padded sequence and this module's `BlockPlan`, reusing its tiling and bias helpers.
+
+The custom VJP's own residuals, the output and the per-row log-sum-exp, carry the names
+`KERNEL_RESIDUALS` (`jax.ad_checkpoint.checkpoint_name`), so a rematerialisation policy can keep
+them and never rerun the O(L^2) forward in the backward (`train.remat: attention`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from dataclasses import dataclass
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 from jaxtyping import Array, Float, Int
 
 from rope_lab.config import ConfigError
@@ -41,6 +46,9 @@ from rope_lab.model.attention_logits import (
 )
 from rope_lab.model.memory import BLOCK
 from rope_lab.model.positions.modules import PositionEncoding
+
+# names of the softmax kernel's residuals: its output (H, L, Dh) and log-sum-exp (H, L)
+KERNEL_RESIDUALS = ("flash_output", "flash_lse")
 
 
 @dataclass(frozen=True)
@@ -323,6 +331,8 @@ def _flash(operands, positions, plan):
 @_flash.def_fwd
 def _flash_fwd(perturbed, operands, positions, plan):
     out, lse = _forward(*operands, positions, plan)
+    output_name, lse_name = KERNEL_RESIDUALS
+    out, lse = checkpoint_name(out, output_name), checkpoint_name(lse, lse_name)
     return out, (out, lse)
 
 
@@ -332,4 +342,4 @@ def _flash_bwd(residuals, d_out, perturbed, operands, positions, plan):
     return _backward(*operands, positions, plan, out, lse, d_out)
 
 
-__all__ = ["blocked_attention"]
+__all__ = ["KERNEL_RESIDUALS", "blocked_attention"]

@@ -1,8 +1,8 @@
 """The dense parts of a Transformer block: `Linear` (with a parametrisation's init scale and
 forward multiplier), `dense` and `fused_linear` (one matmul over a batch's (B L, D) rows, and
-over weights concatenated at call time), `Norm` (LayerNorm / RMSNorm, optionally zero-centred:
-scaled by 1 + weight) and `MLP` (GELU / SwiGLU / GeGLU). See `rope_lab.model.transformer` for
-why the matmuls are shaped this way."""
+over weights concatenated at call time), `Norm` (LayerNorm with or without bias / RMSNorm,
+optionally zero-centred: scaled by 1 + weight) and `MLP` (GELU / SwiGLU / GeGLU). See
+`rope_lab.model.transformer` for why the matmuls are shaped this way."""
 
 from __future__ import annotations
 
@@ -96,7 +96,8 @@ def make_linear(
 
 
 class Norm(eqx.Module):
-    """LayerNorm (with bias) or RMSNorm over the last axis; `zero_centred` (Gemma's RMSNorm):
+    """LayerNorm (`layernorm`: mean-centred, with bias; `layernorm_no_bias`: Cohere's, weight
+    only) or RMSNorm over the last axis; `zero_centred` (Gemma's RMSNorm):
     the normalised x times (1 + weight), the weight initialised to 0 (the same function as
     weight 1 without it)."""
 
@@ -104,17 +105,19 @@ class Norm(eqx.Module):
     bias: Float[Array, " D"] | None
     eps: float = eqx.field(static=True, default=1e-5)
     zero_centred: bool = eqx.field(static=True, default=False)
+    mean_centred: bool = eqx.field(static=True, default=True)
 
     def __init__(self, width: int, kind: str, eps: float = 1e-5, zero_centred: bool = False):
         self.weight = jnp.zeros((width,)) if zero_centred else jnp.ones((width,))
         self.bias = jnp.zeros((width,)) if kind == "layernorm" else None
         self.eps = eps
         self.zero_centred = zero_centred
+        self.mean_centred = kind != "rmsnorm"
 
     def __call__(self, x: Float[Array, "L D"]) -> Float[Array, "L D"]:
         """Normalise in float32, return in x's dtype."""
         h = x.astype(jnp.float32)
-        if self.bias is not None:
+        if self.mean_centred:
             h = h - h.mean(-1, keepdims=True)
         h = h * jax.lax.rsqrt((h * h).mean(-1, keepdims=True) + self.eps)
         lead = (1,) * (h.ndim - 1)

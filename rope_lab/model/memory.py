@@ -100,6 +100,11 @@ def saved_pairs(length: int, implementation: str) -> int:
     return 0
 
 
+# floats a position, in units of D, that the scanned stack holds under rematerialisation besides
+# the recomputed block's activations (calibrated: `train_step_bytes`)
+REMAT_WORKING_WIDTHS = 8
+
+
 def train_step_bytes(
     model: ModelConfig,
     vocab: int,
@@ -128,9 +133,12 @@ def train_step_bytes(
     measured ratios: benchmarks/RESULTS.md. A lazy (linearised) model's step is not estimated.
 
     Rematerialisation changes what the backward keeps per layer (`remat_kept_floats`): `block`
-    keeps each block's input, `dots` also its dense matmuls' outputs, and both hold one
+    keeps each block's input, `dots` also its dense matmuls' outputs, `attention` also the
+    blocked kernel's output and log-sum-exp, and each holds one
     block's activations (the largest layer kind's, as without rematerialisation) while it is
-    recomputed and differentiated.
+    recomputed and differentiated, plus REMAT_WORKING_WIDTHS x D floats a position (the
+    scanned stack's carried residual stream and cotangents; calibrated on the blocked path at
+    D 128, where XLA's estimate exceeds one block's activations by up to 5.3 D).
     """
     widest = max(model.width, model.attention_width)
     implementation = "reference" if _contextual(model) else model.attention
@@ -147,19 +155,24 @@ def train_step_bytes(
     if remat == "none":
         blocks = sum(kept) * (model.depth // len(model.pattern))
     else:
-        blocks = model.depth * length * remat_kept_floats(model, remat) + max(kept)
+        recomputing = max(kept) + length * REMAT_WORKING_WIDTHS * model.width
+        blocks = model.depth * length * remat_kept_floats(model, remat) + recomputing
     per_sequence = blocks + working + length * 3 * vocab
     return 28 * n_params + 4 * batch * per_sequence
 
 
 def remat_kept_floats(model: ModelConfig, remat: str) -> int:
     """Floats a position keeps per layer for the backward under rematerialisation `remat`
-    (`block` or `dots`): the block's input, D; under `dots` also the outputs of its dense
-    matmuls (matmuls without batch dimensions; attention's per-head products are recomputed):
-    queries, keys and values A + 2 A_kv, the attention output projection D, the MLP's input
-    projections (2 D_mlp for a gated MLP's gate and up, else D_mlp) and its output D."""
+    (`block`, `dots` or `attention`): the block's input, D; under `attention` also the blocked
+    kernel's residuals, its output A and log-sum-exp (one a head); under `dots` also the
+    outputs of its dense matmuls (matmuls without batch dimensions; attention's per-head
+    products are recomputed): queries, keys and values A + 2 A_kv, the attention output
+    projection D, the MLP's input projections (2 D_mlp for a gated MLP's gate and up, else
+    D_mlp) and its output D."""
     if remat == "block":
         return model.width
+    if remat == "attention":
+        return model.width + model.attention_width + model.n_heads
     kv = model.n_kv_heads * model.d_head
     mlp_in = (2 if model.gated_mlp else 1) * model.d_mlp
     return 3 * model.width + model.attention_width + 2 * kv + mlp_in

@@ -20,7 +20,10 @@ kernel with linear memory beyond, cuDNN on GPU where it applies).
 Rematerialisation (`with_remat`, `train.remat` in the train step only): `block` wraps each
 block in `jax.checkpoint` (the backward keeps the block inputs and recomputes the rest), `dots`
 keeps only the outputs of matmuls without batch dimensions (the dense layers; attention and
-elementwise work are recomputed); `none` (the default, and every evaluation) keeps everything.
+elementwise work are recomputed), `attention` keeps the block inputs and the blocked softmax
+kernel's own residuals (its output and per-row log-sum-exp, `flash.KERNEL_RESIDUALS`), so the
+backward recomputes the projections and the MLP but never the O(L^2) attention forward (what
+flash-attention kernels keep); `none` (the default, and every evaluation) keeps everything.
 Under a policy the stack always runs as a scan, one repeat of the pattern per step (unrolled
 blocks, XLA:CPU recomputes each block where its forward ran, which saves nothing).
 
@@ -49,6 +52,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from rope_lab.config import LayerConfig, ModelConfig
 from rope_lab.model.attention_layer import DEFAULT_LAYER, Attention
+from rope_lab.model.flash import KERNEL_RESIDUALS
 from rope_lab.model.layers import MLP, Linear, Norm, dense, make_linear, model_norm
 from rope_lab.model.positions import make_position_encoding
 from rope_lab.model.positions.modules import Frozen, PositionEncoding
@@ -63,6 +67,7 @@ MAX_UNROLL = 8
 REMAT_POLICIES = {
     "block": jax.checkpoint_policies.nothing_saveable,
     "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    "attention": jax.checkpoint_policies.save_only_these_names(*KERNEL_RESIDUALS),
 }
 
 
@@ -70,21 +75,24 @@ class Block(eqx.Module):
     """Residual block: pre-norm x + attn(norm(x)), then x + mlp(norm(x)); with
     `model.norm_placement: post`, x + norm(attn(x)), then x + norm(mlp(x)); `sandwich`,
     x + norm'(attn(norm(x))), then x + norm'(mlp(norm(x))) (`attn_post_norm`, `mlp_post_norm`
-    the output norms, None otherwise)."""
+    the output norms, None otherwise); `model.block: parallel`, x + attn(norm(x)) + mlp(norm(x))
+    with the one norm `attn_norm` (`mlp_norm` None)."""
 
     attn_norm: Norm
     attn: Attention
-    mlp_norm: Norm
+    mlp_norm: Norm | None
     mlp: MLP
     attn_post_norm: Norm | None = None
     mlp_post_norm: Norm | None = None
     post_norm: bool = eqx.field(static=True, default=False)
+    parallel: bool = eqx.field(static=True, default=False)
 
     def __init__(self, cfg: ModelConfig, *, train_length: int, key: PRNGKeyArray):
         ka, km = jax.random.split(key)
         self.attn_norm = model_norm(cfg, cfg.width)
         self.attn = Attention(cfg, train_length=train_length, key=ka)
-        self.mlp_norm = model_norm(cfg, cfg.width)
+        self.parallel = cfg.block == "parallel"
+        self.mlp_norm = None if self.parallel else model_norm(cfg, cfg.width)
         self.mlp = MLP(cfg, key=km)
         sandwich = cfg.norm_placement == "sandwich"
         self.attn_post_norm = model_norm(cfg, cfg.width) if sandwich else None
@@ -102,11 +110,20 @@ class Block(eqx.Module):
         return x + (self.attn_norm(out) if self.post_norm else out)
 
     def add_mlp(self, x: Array) -> Array:
-        """The residual stream x (*B, L, D) plus the MLP's (normalised) contribution."""
+        """The residual stream x (*B, L, D) plus the MLP's (normalised) contribution (of a
+        sequential block)."""
+        assert self.mlp_norm is not None, "a parallel block's MLP reads the block's input"
         if self.post_norm:
             return x + self.mlp_norm(self.mlp(x))
         out = self.mlp(self.mlp_norm(x))
         return x + (out if self.mlp_post_norm is None else self.mlp_post_norm(out))
+
+    def finish(self, x: Array, out: Array) -> Array:
+        """The block's output (*B, L, D) from its input x and attention's output `out`: the
+        MLP after attention's residual, or beside it in a parallel block (reading norm(x))."""
+        if self.parallel:
+            return x + out + self.mlp(self.attn_norm(x))
+        return self.add_mlp(self.add_attention(x, out))
 
     def __call__(
         self,
@@ -117,10 +134,8 @@ class Block(eqx.Module):
         temperature: float = 1.0,
     ) -> Array:
         """(*B, L, D) -> (*B, L, D) with positions (*B, L), as a layer of kind `layer`."""
-        x = self.add_attention(
-            x, self.attn(self.attention_input(x), positions, encoding, layer, temperature)
-        )
-        return self.add_mlp(x)
+        out = self.attn(self.attention_input(x), positions, encoding, layer, temperature)
+        return self.finish(x, out)
 
 
 class Transformer(eqx.Module):
@@ -231,13 +246,15 @@ class Transformer(eqx.Module):
 
     def readout(self, x: Float[Array, "*B L D"]) -> Float[Array, "*B L V"]:
         """Logits in float32 of the last block's output: final norm, then the readout (the
-        embedding transposed when tied), soft-capped to c tanh(logits / c) with
-        `model.logit_softcap` c."""
+        embedding transposed when tied), times `model.logit_scale`, soft-capped to
+        c tanh(logits / c) with `model.logit_softcap` c."""
         h = self.final_norm(x)
         if self.head is None:
             logits = dense(h, self.embedding.astype(h.dtype)).astype(jnp.float32)
         else:
             logits = self.head(h).astype(jnp.float32)
+        if self.config.logit_scale != 1.0:
+            logits = logits * self.config.logit_scale
         cap = self.config.logit_softcap
         return logits if cap is None else softcap(logits, cap)
 

@@ -76,7 +76,6 @@ def measure_at_init(cfg: TrialConfig) -> list[dict[str, Any]]:
     nngp_rows = tracker.nngp()
     nngp_seconds = time.perf_counter() - start
     y = target_values(cfg, tracker.probes, tracker.output)
-    L, base = cfg.train.length, trial_columns(cfg)
     out = []
     for kernel, rows, seconds in (
         ("ntk", ntk_rows, ntk_seconds),
@@ -90,13 +89,34 @@ def measure_at_init(cfg: TrialConfig) -> list[dict[str, Any]]:
                 for r in rows
                 if r["probe_length"] == length and r["group"] == TOTAL
             }
-            row = {**base, "kernel": kernel, "probe_length": length, "ratio": length / L}
-            row |= {m: values.get(m) for m in MAP_METRICS}
-            row[COLLAPSE] = (
-                target_collapse(kernels, y, length, L, cfg.ntk.ridge) if kernel == "ntk" else None
-            )
-            out.append(row | {"seconds": seconds})
+            collapse = kernels if kernel == "ntk" else None
+            out.append(map_row(cfg, kernel, length, values, collapse, y) | {"seconds": seconds})
     return out
 
 
-__all__ = ["COLLAPSE", "MAP_METRICS", "measure_at_init", "target_collapse", "trial_columns"]
+def map_row(
+    cfg: TrialConfig,
+    kernel: str,
+    length: int,
+    values: dict[str, float],
+    kernels: dict[str, np.ndarray] | None,
+    y: np.ndarray | None,
+) -> dict[str, Any]:
+    """One map row of a trial at one long `length`: `trial_columns`, `kernel`, `probe_length`,
+    `ratio` = length / L_train, the `MAP_METRICS` found in `values` (metric -> value; None
+    where absent) and `COLLAPSE` from the kernels-file entries `kernels` (None without them)."""
+    L = cfg.train.length
+    row = {**trial_columns(cfg), "kernel": kernel, "probe_length": length, "ratio": length / L}
+    row |= {m: values.get(m) for m in MAP_METRICS}
+    collapse = None if kernels is None else target_collapse(kernels, y, length, L, cfg.ntk.ridge)
+    return row | {COLLAPSE: collapse}
+
+
+__all__ = [
+    "COLLAPSE",
+    "MAP_METRICS",
+    "map_row",
+    "measure_at_init",
+    "target_collapse",
+    "trial_columns",
+]

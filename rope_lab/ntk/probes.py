@@ -25,8 +25,9 @@ class ProbeSets:
     long: dict[int, np.ndarray]
 
 
-def draw_probes(cfg: TrialConfig, task: Task) -> ProbeSets:
-    """Probe sets of a trial, drawn once with `ntk.seed` from its task's eval split."""
+def draw_probes(cfg: TrialConfig, task: Task, *, with_long: bool = True) -> ProbeSets:
+    """Probe sets of a trial, drawn once with `ntk.seed` from its task's eval split (`with_long`
+    False: the short set only, the same draw, with `long` empty)."""
     key = jax.random.PRNGKey(cfg.ntk.seed)
     n, length = cfg.ntk.probes, cfg.train.length
     operands = task.operands("eval")
@@ -35,7 +36,7 @@ def draw_probes(cfg: TrialConfig, task: Task) -> ProbeSets:
     short = sample(operands, n, length, key=jax.random.fold_in(key, length))
     long = {
         L: np.asarray(sample(operands, n, L, key=jax.random.fold_in(key, L)).tokens)
-        for L in cfg.ntk_lengths
+        for L in (cfg.ntk_lengths if with_long else ())
     }
     return ProbeSets(
         np.asarray(short.tokens), np.asarray(short.targets), np.asarray(short.mask), long

@@ -147,7 +147,7 @@ def _transformer_params(trial: TrialConfig) -> tuple[int, int, int]:
         extras += m.depth * 2 * m.d_head
     readout = 0 if m.tie_embeddings else v * d  # a tied readout is the embedding
     blocks = matmul - v * d  # the blocks' matmul weights
-    norms_per_block = 4 if m.norm_placement == "sandwich" else 2
+    norms_per_block = {"sandwich": 4}.get(m.norm_placement, 1 if m.block == "parallel" else 2)
     n_params = (
         v * d + readout + encoding + blocks + extras + m.depth * norms_per_block * norm + norm
     )
@@ -166,8 +166,8 @@ def estimate_cost(trial: TrialConfig) -> dict[str, int]:
     max_length x D, per block the attention projections (4 D^2 for multi-head attention;
     `_attention_params` with grouped-query or decoupled heads; q/k/v biases A + 2 A_kv, QK-norm
     2 head_dim) + k D M (MLP; k = 3 for SwiGLU or GeGLU, else 2) + two norms (four when
-    sandwiched; 2D each for LayerNorm, D for RMSNorm), a final norm, and the readout D V (none
-    when tied to the embedding).
+    sandwiched, one in a parallel block; 2D each for LayerNorm, D for RMSNorm or LayerNorm
+    without bias), a final norm, and the readout D V (none when tied to the embedding).
     n_params_non_embedding (= `model.count_non_embedding_params`): n_params less the
     embedding, the readout and a learned table.
     Forward FLOPs of one length-L sequence (`forward_flops`): F(L) = 2 N L + 4 depth L^2 A,

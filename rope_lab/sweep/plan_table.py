@@ -14,7 +14,7 @@ from rope_lab.runtime.device_share import memory_fraction
 from rope_lab.sweep.plan import estimate_cost, train_memory, trial_devices
 from rope_lab.sweep.spec import Resources, SweepSpec, axis_assignments, format_value
 from rope_lab.trial.packing import plan_packs
-from rope_lab.trial.placement import bundle_text, strategy
+from rope_lab.trial.placement import bundle_text
 
 
 def _device_cells(devices: dict) -> list[str]:
@@ -166,7 +166,7 @@ def _bundles_line(spec: SweepSpec) -> list[str]:
     groups = ", ".join(f"{n} bundles of {bundle}" for n in counts)
     return [
         f"placement: on Ray a train stage of train.processes N reserves a placement group "
-        f"({strategy()}): {groups}"
+        f"({spec.resources.placement_strategy}): {groups}"
     ]
 
 

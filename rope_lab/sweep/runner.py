@@ -44,7 +44,7 @@ from rope_lab.trial.pipeline import (
     run_stage,
     stage_dir,
 )
-from rope_lab.trial.placement import STRATEGY_ENV, check_cluster, strategy
+from rope_lab.trial.placement import check_cluster, placed_call, strategy_error
 from rope_lab.trial.stage_plan import eval_stages, trial_stages
 
 
@@ -74,7 +74,7 @@ class SerialRunner:
         """Run the oldest pending call and return (handle, result)."""
         handle = min(handles)
         fn, args = self._queue.pop(handle)
-        return handle, _call(fn, *args)
+        return handle, fn(*args)
 
     def cancel(self, handles: list[Any]) -> None:
         """Drop queued calls."""
@@ -83,10 +83,6 @@ class SerialRunner:
 
     def shutdown(self) -> None:
         """Nothing to release."""
-
-
-def _call(fn: Callable[..., dict], *args: Any) -> dict:
-    return fn(*args)
 
 
 def fits(resources: Resources, cluster: dict[str, float]) -> None:
@@ -115,7 +111,10 @@ class RayRunner:
     ):
         import ray
 
-        placing = {STRATEGY_ENV: strategy()}  # a bad strategy named before Ray starts
+        refused = strategy_error(resources.placement_strategy)
+        if refused:  # named before Ray starts
+            raise ConfigError(refused)
+        self._strategy = resources.placement_strategy
 
         self._ray = ray
         self._local: LocalRay | None = None
@@ -146,12 +145,13 @@ class RayRunner:
             num_gpus=resources.num_gpus,
             max_retries=max_retries,
             retry_exceptions=False,
-            runtime_env={"env_vars": {**worker_env(), **device_env(resources.num_gpus), **placing}},
-        )(_call)
+            runtime_env={"env_vars": {**worker_env(), **device_env(resources.num_gpus)}},
+        )(placed_call)
 
     def submit(self, fn: Callable[..., dict], *args: Any) -> Any:
-        """Start a task; returns its ObjectRef."""
-        return self._remote.remote(fn, *args)
+        """Start a task; returns its ObjectRef. A multi-process train stage in it places its
+        members with `resources.placement_strategy` (`placement.placed_call`)."""
+        return self._remote.remote(self._strategy, fn, *args)
 
     def wait(self, handles: list[Any]) -> tuple[Any, dict]:
         """Block until one task ends; a crashed task (retries exhausted) becomes a failure."""

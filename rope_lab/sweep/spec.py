@@ -15,7 +15,6 @@ Everything is checked before any work; errors are `ConfigError`s that start with
 from __future__ import annotations
 
 import copy
-import dataclasses
 import itertools
 import re
 from collections.abc import Mapping
@@ -41,6 +40,7 @@ from rope_lab.sweep.plain import canon, format_value, lookup, nest, set_dotted, 
 from rope_lab.sweep.unused import Unused, apply_scaling, inactive_remaps, scaling_overlaps
 from rope_lab.tracking.config import TrackingConfig, tracking_errors
 from rope_lab.trial.config import SCALING_KEYS
+from rope_lab.trial.placement import DEFAULT_STRATEGY, strategy_error
 from rope_lab.yaml_files import read_yaml
 
 NAME_PATTERN = re.compile(r"[a-z0-9_-]+")
@@ -51,10 +51,13 @@ MAX_TRIAL_ERRORS = 5
 class Resources:
     """Ray resources requested by each trial. `num_gpus` below 1 shares a device: Ray packs
     1 / num_gpus trials on it and each JAX process preallocates only its share of the memory
-    (`rope_lab.runtime.device_share`); above 1 it must be whole devices."""
+    (`rope_lab.runtime.device_share`); above 1 it must be whole devices. `placement_strategy`:
+    how Ray places the placement group of a trial trained as several processes, one of
+    `placement.STRATEGIES` (PACK: as few nodes as hold it; SPREAD: one member per node)."""
 
     num_cpus: float = 1.0
     num_gpus: float = 0.0
+    placement_strategy: str = DEFAULT_STRATEGY
 
 
 @dataclass(frozen=True)
@@ -147,10 +150,11 @@ def parse_spec(data: Mapping, *, source: Path | None = None) -> SweepSpec:
     if top.scaling is not None:
         _check_scaling(top.scaling, errors)
         errors += scaling_overlaps(base, top.scaling)
-    for f in dataclasses.fields(Resources):
-        if getattr(top.resources, f.name) < 0:
-            value = getattr(top.resources, f.name)
-            errors.append(f"resources.{f.name}: must be >= 0, got {value!r}")
+    for key in ("num_cpus", "num_gpus"):
+        if getattr(top.resources, key) < 0:
+            errors.append(f"resources.{key}: must be >= 0, got {getattr(top.resources, key)!r}")
+    strategy = strategy_error(top.resources.placement_strategy)
+    errors += [strategy] if strategy else []
     gpus = top.resources.num_gpus
     if gpus > 1 and gpus != int(gpus):
         errors.append(

@@ -25,7 +25,7 @@ ANY_PROTOCOL = "any"
 REGIMES = ("rich", "lazy")
 LAZY_ATTENTION = ("auto", "reference")
 # `train.remat`: what a train step's backward keeps per block (`rope_lab.model.transformer`)
-REMAT = ("none", "block", "dots")
+REMAT = ("none", "block", "dots", "attention")
 FINE_TUNED = Unlabelled("fine-tuned rows are labelled by their method, factor and steps")
 # the RoPE evaluation stages: used only by an encoding that `supports_scaling`
 SCALING_KEYS = (
@@ -87,7 +87,9 @@ class TrainConfig:
     `match`: train a lazy twin to a target in-range loss (`MatchConfig`); off by default.
     `remat`: rematerialisation of the Transformer's blocks in the train step (REMAT): `none`
     keeps every activation for the backward; `block` keeps each block's input and recomputes
-    the rest; `dots` keeps the dense layers' matmul outputs. The same numbers to float
+    the rest; `dots` keeps the dense layers' matmul outputs; `attention` keeps each block's
+    input and the blocked softmax kernel's output and log-sum-exp, so the backward never reruns
+    the attention forward (`model.attention: blocked` only). The same numbers to float
     rounding, so trial ids leave it out.
     """
 
@@ -316,7 +318,8 @@ def check_processes(cfg: TrialConfig) -> None:
 
 def check_remat(cfg: TrialConfig) -> None:
     """`train.remat` among REMAT; off `none` only for a rich Transformer (the blocks it
-    rematerialises)."""
+    rematerialises); `attention` only where the blocked softmax kernel runs (it keeps that
+    kernel's residuals: not the reference path, cuDNN, or a normaliser's own kernel)."""
     remat = cfg.train.remat
     if remat not in REMAT:
         raise ConfigError(f"train.remat: unknown {remat!r}; allowed: {', '.join(REMAT)}")
@@ -329,6 +332,19 @@ def check_remat(cfg: TrialConfig) -> None:
         )
     if cfg.train.regime != "rich":
         raise ConfigError(f"train.remat: {remat!r} needs train.regime=rich; lazy needs none")
+    if remat != "attention":
+        return
+    m = cfg.model
+    if m.attention != "blocked":
+        raise ConfigError(
+            "train.remat: 'attention' keeps the blocked kernel's output and log-sum-exp; "
+            f"it needs model.attention=blocked, not {m.attention!r}"
+        )
+    if m.attention_options.normaliser is not None:
+        raise ConfigError(
+            "train.remat: 'attention' keeps the softmax kernel's output and log-sum-exp; "
+            f"model.attention_fn={m.attention_fn!r} runs its own kernel (use block or dots)"
+        )
 
 
 def check_regime(cfg: TrialConfig) -> None:

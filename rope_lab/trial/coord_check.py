@@ -55,8 +55,8 @@ def layer_activations(model: Transformer, tokens: Int[Array, "B L"]) -> dict[str
         encoding, layer = model.encoding_of(kind), pattern[kind]
         attn = block.attn(block.attention_input(x), positions, encoding, layer,
                           model.temperature)  # fmt: skip
+        after = block.finish(x, attn)
         x = block.add_attention(x, attn)
-        after = block.add_mlp(x)
         mlp, x = after - x, after  # the MLP's (normalised) contribution
         out |= {f"block{i}.attn": attn, f"block{i}.mlp": mlp, f"block{i}.residual": x}
     out["logits"] = model.readout(x)

@@ -4,7 +4,9 @@ Every array of the model and optimiser state gets a leading seed axis (k, ...). 
 initialised from `fold_in(PRNGKey(s), 0)` and draws the batch of step t from
 `fold_in(fold_in(PRNGKey(s), 1), t)`, exactly as `rope_lab.trial.train.train` does for a config
 with `train.seed = s`, so seed s of the ensemble follows the single-seed run up to float
-reordering in the batched matmuls. One jitted step updates all k seeds; it is compiled once
+reordering in the batched matmuls. A host-fed task (`lm_tokens`) gathers each seed's windows of
+step t on the host (`Task.host_batch(B, L, seed=s, step=t)`, as `train` does), stacked (k, ...)
+and fed to the step along the seed axis. One jitted step updates all k seeds; it is compiled once
 per (config, k). The ensemble runs on the default device (`train.devices` is not used).
 
 `train_packed` is the loop: k trial configs equal but for their seeds
@@ -24,6 +26,7 @@ from typing import Any, NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jaxtyping import Array, PRNGKeyArray
 
@@ -46,7 +49,8 @@ class EnsembleInputs(NamedTuple):
     """The step's non-donated inputs.
 
     static: non-trainable model part, arrays stacked (k, ...); data_keys: (k, 2) per-seed data
-    keys; step: () int32 index of the step being taken (0-based); operands: the task's arrays.
+    keys; step: () int32 index of the step being taken (0-based); operands: the task's arrays,
+    shared by every seed, or for a host-fed task each seed's step batch stacked (k, B, L + 1).
     """
 
     static: Any
@@ -87,10 +91,12 @@ def make_ensemble_step(
 
     `params` and `opt_state` are stacked over seeds (k, ...) and donated; `metrics` holds `loss`
     and `grad_norm` of shape (k,). Each seed's batch (batch_size, length) is sampled from
-    `fold_in(data_keys[i], step)`, inside the program.
+    `fold_in(data_keys[i], step)`, inside the program, or for a host-fed task read from its
+    slice i of `inputs.operands` (the seed axis leads).
     """
     body = train_step_body(cfg, task, optimizer, length=length)
-    per_seed = eqx.filter_vmap(body, in_axes=(0, 0, 0, 0, None))
+    operand_axis = 0 if task.host_fed else None
+    per_seed = eqx.filter_vmap(body, in_axes=(0, 0, 0, 0, operand_axis))
     fold = jax.vmap(jax.random.fold_in, in_axes=(0, None))
 
     @eqx.filter_jit(donate="all-except-first")  # type: ignore[misc]
@@ -125,6 +131,16 @@ def split(tree: Any, k: int) -> list[Any]:
     """The k members of a stacked pytree (`unstack` of each), in one compiled program."""
     arrays, rest = eqx.partition(tree, eqx.is_array)
     return [eqx.combine(member, rest) for member in _split_arrays(arrays, k)]
+
+
+def host_batches(
+    task: Task, seeds: Sequence[int], batch_size: int, length: int, step: int
+) -> tuple[jax.Array, ...]:
+    """The operands of training step `step` for each seed of a host-fed task, stacked on the
+    default device: each array (k, ...) with slice i `task.host_batch(batch_size, length,
+    seed=seeds[i], step=step)` (for `lm_tokens` (k, B, L + 1) windows)."""
+    parts = [task.host_batch(batch_size, length, seed=s, step=step) for s in seeds]
+    return tuple(jax.device_put(np.stack(arrays)) for arrays in zip(*parts, strict=True))
 
 
 def train_ensemble(
@@ -187,7 +203,7 @@ def train_packed(
     step_fn = make_ensemble_step(cfg, task, optimizer, length=length, guard=guard)
     schedule = lr_schedule(sched_cfg)
     data_keys = seed_keys(seeds, 1)
-    operands = task.operands()
+    operands = None if task.host_fed else task.operands()
     member_hooks = [list(h) for h in hooks] if hooks is not None else [[] for _ in cfgs]
     if len(member_hooks) != k:
         raise ValueError(f"hooks: need one list of hooks per member ({k}), got {len(member_hooks)}")
@@ -219,7 +235,10 @@ def train_packed(
         run_hooks(0, at_start=True)
 
     for step in range(start_step, total):
-        inputs = EnsembleInputs(static, data_keys, jnp.asarray(step, jnp.int32), operands)
+        ops = operands
+        if ops is None:  # each seed's windows of this step, gathered while the last step runs
+            ops = host_batches(task, seeds, tc.batch_size, length, step)
+        inputs = EnsembleInputs(static, data_keys, jnp.asarray(step, jnp.int32), ops)
         params, opt_state, metrics = step_fn(inputs, params, opt_state)
         guard.check()
         pending.append((step + 1, metrics))
@@ -269,6 +288,7 @@ def train_packed(
 
 __all__ = [
     "EnsembleInputs",
+    "host_batches",
     "init_ensemble",
     "make_ensemble_step",
     "seed_keys",

@@ -10,10 +10,12 @@ tables are those of the trial trained alone. `train.seed` draws both the initial
 data stream (`fold_in(PRNGKey(seed), 0 | 1)`); `ntk.seed` draws the NTK probes, measured per
 member. The eval section is not compared: evaluation stages run per trial.
 
-A trial that cannot pack trains alone, with the reason (`unpackable`): a host-fed task
-(`lm_tokens` gathers each seed's windows from disk on the host, outside the program), the lazy
-regime (its linearised twin is not vmapped), several devices (`train.devices` > 1 or
-`train.shard_params`: a pack runs on one device), or no other trial differing only in its seeds.
+A host-fed task (`lm_tokens`) packs too: each step, every member's windows are gathered on the
+host as the trial alone gathers them and fed to the program stacked along the seed axis.
+A trial that cannot pack trains alone, with the reason (`unpackable`): the lazy regime (its
+linearised twin is not vmapped), several devices or processes (`train.devices` > 1,
+`train.shard_params`, `train.processes` > 1: a pack runs on one device of one process), or no
+other trial differing only in its seeds.
 """
 
 from __future__ import annotations
@@ -53,11 +55,7 @@ def pack_key(cfg: TrialConfig) -> str:
 
 def unpackable(cfg: TrialConfig) -> str | None:
     """Why `cfg` trains alone whatever the other trials are, or None."""
-    from rope_lab.registry import TASKS
-
     tr = cfg.train
-    if getattr(TASKS[cfg.task.name].task_class, "host_fed", False):
-        return f"task {cfg.task.name} is host-fed (each seed's batches are read on the host)"
     if tr.regime != "rich":
         return f"train.regime {tr.regime} (the linearised twin is not packed)"
     if tr.devices is not None and tr.devices > 1:

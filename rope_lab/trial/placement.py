@@ -2,8 +2,9 @@
 
 Under a sweep on Ray, the stage task (`rope_lab.trial.pipeline`) reserves a placement group of N
 bundles, each what the stage task itself was given (`resources.num_cpus`, `resources.num_gpus`),
-with strategy `$ROPE_LAB_PLACEMENT_STRATEGY` (default PACK: the members share as few nodes as
-fit them, so their per-step all-reduce stays on loopback where it can; SPREAD puts one per node).
+with the sweep spec's `resources.placement_strategy` (default PACK: the members share as few
+nodes as fit them, so their per-step all-reduce stays on loopback where it can; SPREAD puts one
+per node), which the sweep runner hands each of its tasks (`placed_call`).
 A first task in bundle 0 reports its node's IP and a port free there: the coordinator address.
 Then member k runs as a Ray task in bundle k that starts the ordinary worker
 (`python -m rope_lab.trial.processes`, the same as the local launcher's) on its node and
@@ -22,7 +23,6 @@ trial (`check_cluster`, from the sweep runner before any work).
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import tempfile
@@ -34,23 +34,31 @@ from rope_lab.config import TrialConfig, to_dict
 from rope_lab.trial.processes import WorkerFailed, failure_message, member_argv
 from rope_lab.typed import ConfigError
 
-STRATEGY_ENV = "ROPE_LAB_PLACEMENT_STRATEGY"
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 DEFAULT_STRATEGY = "PACK"
 PLACEMENT_TIMEOUT_S = 120.0
+# the running Ray task's strategy, set by `placed_call` before the task's work
+_task_strategy = DEFAULT_STRATEGY
 
 
 class PlacementTimeout(ConfigError):
     """A trial's placement group could not be placed on the cluster in time."""
 
 
-def strategy() -> str:
-    """The placement strategy: `$ROPE_LAB_PLACEMENT_STRATEGY` (ConfigError naming it when it is
-    not one of Ray's), else PACK."""
-    asked = os.environ.get(STRATEGY_ENV, DEFAULT_STRATEGY)
-    if asked not in STRATEGIES:
-        raise ConfigError(f"{STRATEGY_ENV}: {asked!r} is not one of {', '.join(STRATEGIES)}")
-    return asked
+def strategy_error(strategy: object) -> str | None:
+    """The one-line complaint about `resources.placement_strategy` when it is not one of Ray's
+    strategies, else None."""
+    if strategy in STRATEGIES:
+        return None
+    return f"resources.placement_strategy: {strategy!r} is not one of {', '.join(STRATEGIES)}"
+
+
+def placed_call(strategy: str, fn: Any, *args: Any) -> Any:
+    """fn(*args) in a Ray task whose multi-process train stage reserves its placement group with
+    `strategy` (`PlacementLauncher.for_this_task`)."""
+    global _task_strategy
+    _task_strategy = strategy
+    return fn(*args)
 
 
 def bundle_text(bundle: dict[str, float]) -> str:
@@ -124,12 +132,13 @@ class PlacementLauncher:
 
     @classmethod
     def for_this_task(cls) -> PlacementLauncher:
-        """Bundles of what the running Ray task was given (CPU and GPU only)."""
+        """Bundles of what the running Ray task was given (CPU and GPU only), placed with the
+        strategy its runner handed it (`placed_call`)."""
         import ray
 
         given = ray.get_runtime_context().get_assigned_resources()
         bundle = {key: float(given.get(key, 0.0)) for key in ("CPU", "GPU") if given.get(key)}
-        return cls(bundle or {"CPU": 1.0}, strategy())
+        return cls(bundle or {"CPU": 1.0}, _task_strategy)
 
     def run(self, cfg: TrialConfig, run_dir: Path, tracking: dict | None) -> dict:
         """Worker 0's stage result (module docstring); WorkerFailed naming the first member

@@ -10,12 +10,14 @@ import numpy as np
 import polars as pl
 import pytest
 
+from rope_lab.analysis.curve_labels import corpus_expr
 from rope_lab.analysis.isoflop import (
     compute_buckets,
     fit_frontier,
     fit_profile,
     isoflop_tables,
 )
+from rope_lab.analysis.query import QueryError
 
 E, A, B = 1.69, 406.4, 410.7
 BUDGETS = (1e17, 1e18, 1e19, 1e20)
@@ -140,3 +142,36 @@ def test_a_recorded_flops_column_is_the_compute() -> None:
         [n_opt(c, 0.3, 0.3) for c in BUDGETS], rel=1e-9
     )
     assert frontier.get_column("compute_source").to_list() == ["column train_flops"]
+
+
+def test_two_corpora_in_one_profile_are_refused_and_split_by_their_corpus() -> None:
+    """A byte-level and a BPE model of one text are two tasks even in bits per byte: a group
+    that pools them is refused naming the counts; grouped by `corpus` each gets its own
+    frontier (here the same law, so the same exponent)."""
+    rows = law_rows(0.3, 0.3, noise=0.0, seeds=1)
+    bytes_, bpe = (f'[["path", "corpora/{name}"]]' for name in ("bytes", "bpe"))
+    mixed = pl.concat(
+        [
+            rows.with_columns(pl.lit(bytes_).alias("task.params")),
+            rows.with_columns(pl.lit(bpe).alias("task.params"), pl.col("trial_id") + "-bpe"),
+        ]
+    )
+    with pytest.raises(QueryError) as info:
+        isoflop_tables(mixed, n_boot=0)
+    assert str(info.value) == (
+        "isoflop: group task.name=lm, label=rope, length_ratio=1.0 pools 2 corpora in loss "
+        "(corpora/bpe: 28 trials, corpora/bytes: 28 trials); add corpus to --by"
+    )
+    split = mixed.with_columns(corpus_expr(mixed.columns))
+    _, frontier = isoflop_tables(split, by=("task.name", "corpus", "label", "length_ratio"),
+                                 n_boot=0)  # fmt: skip
+    assert sorted(frontier.get_column("corpus").to_list()) == ["corpora/bpe", "corpora/bytes"]
+    assert frontier.get_column("a").to_list() == pytest.approx([0.5, 0.5], abs=1e-9)
+
+
+def test_the_corpus_column_is_the_path_of_a_text_task_and_null_elsewhere() -> None:
+    frame = pl.DataFrame({"task.params": ['[["path", "builtin:python-source"]]', "[]", None]})
+    got = frame.select(corpus_expr(frame.columns)).get_column("corpus").to_list()
+    assert got == ["builtin:python-source", None, None]
+    no_params = pl.DataFrame({"task.name": ["passkey"]})
+    assert no_params.select(corpus_expr(no_params.columns)).item() is None

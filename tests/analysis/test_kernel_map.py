@@ -139,3 +139,48 @@ def test_the_main_setting_comes_first_by_depth():
     trials = [trial("sp", 32, 2), trial("ntk", 32, 8), trial("ntk", 32, 1), trial("ntk", 32, 2)]
     got = [(t.model.parametrization, t.model.depth) for t in map_order(trials)]
     assert got == [("ntk", 1), ("ntk", 2), ("ntk", 8), ("sp", 2)]
+
+
+def staged_map() -> pl.DataFrame:
+    """synthetic_map at init; after training, the NTK of depth d falls as 0.9 - 0.2 d log2 r."""
+    init = synthetic_map().with_columns(stage=pl.lit("init"))
+    trained = init.filter(pl.col("kernel") == "ntk").with_columns(
+        stage=pl.lit("trained"),
+        tail_cos_mean=0.9 - 0.2 * pl.col("depth") * pl.col("ratio").log(2),
+    )
+    return pl.concat([init, trained])
+
+
+def test_the_two_stages_sit_side_by_side():
+    """Depth 1 of "none": init 0.9 - 0.1 log2 r never crosses by 32x and extrapolates to 256x;
+    trained 0.9 - 0.2 log2 r reaches 0.1 at 16x (0.9 - 0.8 = 0.1, at the threshold). The
+    NNGP is measured at init only: its trained columns are null."""
+    from rope_lab.analysis.kernel_map import stages_side_by_side
+
+    table = stages_side_by_side(vanishing_table(staged_map()))
+    assert "stage" not in table.columns
+    assert table.height == vanishing_table(synthetic_map()).height
+    point = (pl.col("encoding") == "none") & (pl.col("depth") == 1) & (pl.col("width") == 32)
+    ntk = table.filter(point & (pl.col("kernel") == "ntk")).row(0, named=True)
+    assert ntk["init_crossed_at"] is None
+    assert ntk["init_extrapolated"] == pytest.approx(256.0)
+    assert ntk["init_slope"] == pytest.approx(-0.1)
+    assert ntk["trained_crossed_at"] == 16.0 and ntk["trained_extrapolated"] is None
+    assert ntk["trained_at_max_ratio"] == pytest.approx(-0.1)
+    nngp = table.filter(point & (pl.col("kernel") == "nngp")).row(0, named=True)
+    assert nngp["init_extrapolated"] == pytest.approx(256.0)
+    assert nngp["trained_slope"] is None and nngp["trained_crossed_at"] is None
+
+
+def test_the_plot_draws_init_dotted_and_trained_solid(tmp_path):
+    from rope_lab.analysis.plots import plot
+
+    fig = plot("kernel-map", staged_map(), out=tmp_path / "map.png")
+    ntk_none = fig.axes[0]
+    lines = {ln.get_label(): ln for ln in ntk_none.get_lines() if ln.get_label()[0] in "12"}
+    assert sorted(lines) == ["1 init", "1 trained", "2 init", "2 trained"]
+    assert lines["2 init"].get_linestyle() == ":" and lines["2 trained"].get_linestyle() == "-"
+    assert list(lines["2 trained"].get_ydata()) == pytest.approx([0.5, 0.1, -0.3, -0.7, -1.1])
+    nngp_lines = [ln.get_label() for ln in fig.axes[2].get_lines()]
+    assert "1 init" not in nngp_lines and "1" in nngp_lines  # the NNGP has one stage
+    assert "dotted: init, solid: trained" in fig._suptitle.get_text()

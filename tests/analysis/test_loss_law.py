@@ -3,8 +3,10 @@ laws, resist outliers, extrapolate; non-embedding parameter counts."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
+import sys
 
 import numpy as np
 import polars as pl
@@ -320,3 +322,17 @@ def test_trials_rows_without_the_column_still_load(tmp_path) -> None:
     trials = load(tmp_path).trials.sort("trial_id").collect()
     assert trials.schema["n_params_non_embedding"] == pl.Int64
     assert trials.get_column("n_params_non_embedding").to_list() == [4, None]
+
+
+def test_a_law_whose_floor_underflowed_still_warm_starts_a_refit() -> None:
+    """A fit with E -> 0 (exp of a very negative log E underflows to 0.0) is a valid law; its
+    start vector must stay finite so the held-out refit that starts from it runs."""
+    n = np.geomspace(1e4, 1e6, 6)
+    fit = fit_loss_law(n, None, 55.0 * n**-0.3, n_boot=0)
+    floorless = dataclasses.replace(fit, E=0.0)
+    theta = floorless.theta()
+    assert np.isfinite(theta).all()
+    assert theta[0] == pytest.approx(math.log(sys.float_info.min))
+    assert floorless.predict(n) == pytest.approx(fit.predict(n) - fit.E, rel=1e-12)
+    check = held_out_check(n, None, 55.0 * n**-0.3, n_starts=4, starts=theta)
+    assert check.rel_error == pytest.approx([0.0], abs=1e-3)

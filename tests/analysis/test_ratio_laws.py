@@ -10,6 +10,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from rope_lab.analysis.curve_labels import corpus_expr
 from rope_lab.analysis.gap_law import fit_gap_law
 from rope_lab.analysis.loss_law_table import held_out_check
 from rope_lab.analysis.query import QueryError
@@ -149,7 +150,7 @@ def test_too_few_distinct_n_or_d_are_refused_with_the_counts() -> None:
     )
 
 
-def test_different_tasks_or_tokenizers_in_one_fit_are_refused() -> None:
+def test_different_tasks_or_corpora_in_one_fit_are_refused() -> None:
     one = table(lambda n, d, r, s: base_loss(n), seeds=(0,))
     other = one.with_columns(pl.lit("copy").alias("task.name"), pl.col("trial_id") + "c")
     with pytest.raises(QueryError) as info:
@@ -166,9 +167,8 @@ def test_different_tasks_or_tokenizers_in_one_fit_are_refused() -> None:
     with pytest.raises(QueryError) as info:
         ratio_law_table(mixed, by=BY, n_boot=0)
     assert str(info.value) == (
-        "loss laws by ratio: group task.name=lm_text, label=rope pools 2 corpora (tokenizers) "
-        "in loss per token (bpe: 6 trials, bytes.txt: 6 trials); fit --metric bits_per_byte "
-        "(every row needs it) or add task.params to --by"
+        "loss laws by ratio: group task.name=lm_text, label=rope pools 2 corpora in loss "
+        "(bpe: 6 trials, bytes.txt: 6 trials); add corpus to --by"
     )
     # two methods' rows of the same trials in one group are refused, not averaged
     scaled = one.with_columns(pl.lit("rope/yarn x4").alias("label"))
@@ -179,9 +179,13 @@ def test_different_tasks_or_tokenizers_in_one_fit_are_refused() -> None:
         "group (24 such trial-ratio pairs: several methods, factors or fine-tunings); add "
         "label to the group columns"
     )
-    # bits per byte puts both tokenizers on one scale: the fit goes ahead
-    out = ratio_law_table(mixed, by=BY, y="bits_per_byte", n_boot=0)
-    assert out.get_column("n_trials").to_list() == [12] * len(RATIOS)
+    # bits per byte puts both tokenizers on one scale, but not on one curve: still refused
+    with pytest.raises(QueryError, match="pools 2 corpora in bits_per_byte"):
+        ratio_law_table(mixed, by=BY, y="bits_per_byte", n_boot=0)
+    # one fit per corpus: the corpus as a group column
+    out = ratio_law_table(mixed.with_columns(corpus_expr(mixed.columns)), by=(*BY, "corpus"),
+                          y="bits_per_byte", n_boot=0)  # fmt: skip
+    assert out.get_column("n_trials").to_list() == [6] * 2 * len(RATIOS)
 
 
 def test_the_warm_started_held_out_fit_matches_sixteen_grid_starts() -> None:

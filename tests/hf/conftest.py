@@ -104,6 +104,23 @@ def _families():
                 "sliding": {"rope_type": "default", "rope_theta": 500.0},
             },
         ),
+        # parallel block with one LayerNorm (no bias; a large epsilon, so an ignored one
+        # shows), logits scaled by 0.5, interleaved rotary pairs on the sliding layers
+        # (window 5), NoPE full layers; no end-of-sequence token, at which its greedy
+        # decoding (tests/hf/test_from_hf.py) would stop early
+        "cohere2": (
+            "Cohere2Config",
+            {
+                **{k: v for k, v in common.items() if k != "rms_norm_eps"},
+                "eos_token_id": None,
+                "num_hidden_layers": 4,
+                "num_key_value_heads": 2,
+                "layer_norm_eps": 0.1,
+                "logit_scale": 0.5,
+                "sliding_window": 5,
+                "layer_types": ["sliding_attention", "full_attention"] * 2,
+            },
+        ),
     }
 
 
@@ -162,6 +179,7 @@ def make_checkpoint(family: str, rope_type: str, root: Path) -> Checkpoint:
     model.save_pretrained(folder)
     assert json.loads((folder / "config.json").read_text())["model_type"] in (
         "llama", "mistral", "qwen2", "qwen3", "phi3", "smollm3", "olmo2", "olmo3", "gemma3_text",
+        "cohere2",
     )  # fmt: skip
     return Checkpoint(folder, model, rope_type)
 

@@ -35,6 +35,11 @@ LLAMA = {"model.norm": "rmsnorm", "model.mlp": "swiglu", "model.kv_heads": 2}
 GEMMA = {"model.mlp": "geglu", "model.norm_placement": "sandwich", "model.qk_norm": True,
          "model.scale_embedding": True, "model.norm_zero_centred": True,
          "model.attention_scale_dim": 12.0, "model.logit_softcap": 3.0}  # fmt: skip
+# Cohere 2: a parallel block, LayerNorm without bias, scaled logits, sliding-window RoPE layers
+# and full NoPE layers
+COHERE = {"model.block": "parallel", "model.norm": "layernorm_no_bias", "model.norm_eps": 0.1,
+          "model.logit_scale": 0.5, "model.tie_embeddings": True,
+          "model.layers": (LayerConfig(window=5), LayerConfig(position=NOPE))}  # fmt: skip
 
 
 def _trial_dir(tmp_path, kind="rope", **changes):
@@ -56,28 +61,37 @@ def _trial_dir(tmp_path, kind="rope", **changes):
     return folder, model
 
 
+EXPORTS = [
+    ({"model.tie_embeddings": True}, "llama"),
+    ({"model.position.rope.scaling": "yarn", "model.position.rope.factor": 4.0}, "llama"),
+    ({"model.position.rope.scaling": "dynamic", "model.position.rope.factor": 2.0}, "llama"),
+    (
+        {
+            "model.position.rope.scaling": "ntk_by_parts",
+            "model.position.rope.factor": 4.0,
+            "model.position.rope.params": (("beta_fast", 8.0),),
+        },
+        "llama",
+    ),
+    ({"model.qkv_bias": True}, "qwen2"),
+    ({"model.qk_norm": True, "model.heads": 2, "model.head_dim": 24}, "qwen3"),
+    ({"model.layers": (LayerConfig(window=5),)}, "mistral"),
+    ({"model.layers": (LayerConfig(), LayerConfig(position=NOPE))}, "smollm3"),
+    (OLMO, "olmo2"),
+    ({**OLMO, "model.layers": (LOCAL, LayerConfig())}, "olmo3"),
+    ({**GEMMA, "model.tie_embeddings": True}, "gemma3_text"),
+    ({**GEMMA, "model.layers": (LOCAL, LayerConfig())}, "gemma3_text"),
+]
+
+
+# Llama (the first export pays for importing transformers) and Cohere 2 by default, every
+# other family -m slow: each family loads its own transformers model
 @pytest.mark.parametrize(
     ("changes", "model_type"),
     [
-        ({"model.tie_embeddings": True}, "llama"),
-        ({"model.position.rope.scaling": "yarn", "model.position.rope.factor": 4.0}, "llama"),
-        ({"model.position.rope.scaling": "dynamic", "model.position.rope.factor": 2.0}, "llama"),
-        (
-            {
-                "model.position.rope.scaling": "ntk_by_parts",
-                "model.position.rope.factor": 4.0,
-                "model.position.rope.params": (("beta_fast", 8.0),),
-            },
-            "llama",
-        ),
-        ({"model.qkv_bias": True}, "qwen2"),
-        ({"model.qk_norm": True, "model.heads": 2, "model.head_dim": 24}, "qwen3"),
-        ({"model.layers": (LayerConfig(window=5),)}, "mistral"),
-        ({"model.layers": (LayerConfig(), LayerConfig(position=NOPE))}, "smollm3"),
-        (OLMO, "olmo2"),
-        ({**OLMO, "model.layers": (LOCAL, LayerConfig())}, "olmo3"),
-        ({**GEMMA, "model.tie_embeddings": True}, "gemma3_text"),
-        ({**GEMMA, "model.layers": (LOCAL, LayerConfig())}, "gemma3_text"),
+        EXPORTS[0],
+        *(pytest.param(*case, marks=pytest.mark.slow) for case in EXPORTS[1:]),
+        (COHERE, "cohere2"),
     ],
 )
 def test_export_loads_in_transformers_and_round_trips(tmp_path, changes, model_type):
@@ -92,6 +106,9 @@ def test_export_loads_in_transformers_and_round_trips(tmp_path, changes, model_t
     if model_type == "gemma3_text":
         assert (written["query_pre_attn_scalar"], written["final_logit_softcapping"]) == (12, 3.0)
         assert "hidden_act" not in written
+    if model_type == "cohere2":
+        assert (written["logit_scale"], written["layer_norm_eps"]) == (0.5, 0.1)
+        assert written["layer_types"] == ["sliding_attention", "full_attention"]
     if "model.layers" in changes and model_type in ("olmo3", "gemma3_text"):
         assert written["layer_types"] == ["sliding_attention", "full_attention"]
         assert written["rope_parameters"]["sliding_attention"]["rope_theta"] == 500.0
@@ -192,6 +209,29 @@ def test_load_model_reads_a_trial_folder(tmp_path):
             {**LLAMA, **GEMMA, "model.norm_zero_centred": False},
             r"model.norm_zero_centred: Gemma 3 \(model.norm_placement: sandwich\) needs True, "
             r"got False",
+        ),
+        (
+            "rope",
+            {**LLAMA, **COHERE, "model.norm": "rmsnorm"},
+            r"model.norm: Cohere 2 \(model.block: parallel\) needs 'layernorm_no_bias', got "
+            r"'rmsnorm'",
+        ),
+        (
+            "rope",
+            {**LLAMA, **COHERE, "model.layers": ()},
+            r"model.layers: Cohere 2 \(model.block: parallel\) exports sliding-window layers of "
+            r"one window with the model's RoPE and full NoPE layers",
+        ),
+        (
+            "rope",
+            {**LLAMA, "model.logit_scale": 0.5},
+            r"model.logit_scale: 0.5 exports as Cohere 2 only \(with model.block: parallel\)",
+        ),
+        (
+            "rope",
+            {**LLAMA, "model.norm": "layernorm_no_bias"},
+            r"model.norm: 'layernorm_no_bias' has no Hugging Face Llama-family form \(export "
+            r"needs 'rmsnorm'; Cohere 2, model.block: parallel, 'layernorm_no_bias'\)",
         ),
         (
             "rope",

@@ -62,6 +62,7 @@ def test_logits_equal_transformers(checkpoints, family, rope):
         ("qwen3", "default", "prefill_fixed"),
         ("olmo3", "default", "prefill_fixed"),  # past its window of 5, local rope base
         ("gemma3", "default", "prefill_fixed"),  # the same, soft-capped logits
+        ("cohere2", "default", "prefill_fixed"),  # parallel block, past its window of 5
         pytest.param("smollm3", "default", "prefill_fixed", marks=pytest.mark.slow),
         pytest.param("llama", "dynamic", "per_step_stale", marks=pytest.mark.slow),
         pytest.param("phi3", "default", "prefill_fixed", marks=pytest.mark.slow),
@@ -132,6 +133,11 @@ def test_config_maps_each_family_feature(checkpoints):
     )
     assert gemma.scale_embedding and gemma.norm_zero_centred
     assert (gemma.attention_scale_dim, gemma.logit_softcap, gemma.d_head) == (12.0, 3.0, 16)
+    cohere = arch["cohere2"]
+    nope_full = LayerConfig(position=PositionConfig(kind="none"))
+    assert cohere.layers == (LayerConfig(window=5), nope_full) and cohere.tie_embeddings
+    assert (cohere.block, cohere.norm, cohere.norm_eps) == ("parallel", "layernorm_no_bias", 0.1)
+    assert (cohere.logit_scale, cohere.mlp, cohere.d_head) == (0.5, "swiglu", 8)
     yarn = read_config(checkpoints("llama", "yarn").folder)
     rope = yarn.model.position.options
     assert (rope.scaling, rope.factor, yarn.train_length) == ("yarn", 4.0, ORIGINAL)

@@ -1,23 +1,19 @@
-"""Families rope_lab cannot compute are refused in one line naming the file, the model_type
-and every feature of the checkpoint rope_lab lacks (`rope_lab.hf.refusals`); what rope_lab
-cannot compute of a Gemma 3 config is refused naming the key, and its older flat rope fields
-are read as transformers reads them (`rope_lab.hf.gemma`); configs written by transformers'
-own config classes."""
+"""What rope_lab cannot compute of a Gemma 3 or Cohere 2 config is refused in one line naming
+the file and the key, and the configs' defaults and older forms are read as transformers
+reads them (`rope_lab.hf.gemma`, `rope_lab.hf.cohere`); configs written by transformers' own
+config classes."""
 
 from __future__ import annotations
 
 import pytest
 
+from rope_lab.config import LayerConfig, PositionConfig
 from rope_lab.hf import CheckpointError
 from rope_lab.hf.config import from_hf_dict
 from tests.hf.conftest import transformers_or_skip
 
 SMALL = {"vocab_size": 96, "hidden_size": 32, "intermediate_size": 56, "num_hidden_layers": 4,
          "num_attention_heads": 4, "num_key_value_heads": 2}  # fmt: skip
-COHERE2 = (
-    "c/config.json: model_type 'cohere2' is not supported; rope_lab lacks: parallel attention "
-    "+ MLP block (model_type)"
-)
 
 
 def _config(name: str, **fields) -> dict:
@@ -32,16 +28,41 @@ def _refusal(cfg: dict) -> str:
     return str(err.value)
 
 
-def test_cohere2_names_its_parallel_block_logit_scale_and_interleaved_rotary():
-    assert _refusal(_config("Cohere2Config")) == (
-        COHERE2 + "; logit_scale 0.0625 (the logits scaled); interleaved rotary pairs "
-        "(model_type; rope_lab rotates half-split pairs)"
-    )
-    unscaled = _refusal(_config("Cohere2Config", logit_scale=1.0))
-    assert (
-        unscaled == COHERE2 + "; interleaved rotary pairs (model_type; rope_lab rotates "
-        "half-split pairs)"
-    )
+def test_cohere2_defaults_are_transformers_defaults():
+    """Cohere2Config's defaults: a parallel block, a LayerNorm without bias (epsilon 1e-5),
+    logits times 0.0625, a tied readout, three sliding-window layers (4096) of four with the
+    model's RoPE and a full NoPE layer."""
+    cfg = {
+        k: v
+        for k, v in _config("Cohere2Config").items()
+        if k not in ("layer_types", "sliding_window")
+    }
+    model = from_hf_dict(cfg).model
+    assert (model.block, model.norm, model.norm_eps) == ("parallel", "layernorm_no_bias", 1e-5)
+    assert (model.logit_scale, model.tie_embeddings, model.mlp) == (0.0625, True, "swiglu")
+    sliding, full = LayerConfig(window=4096), LayerConfig(position=PositionConfig(kind="none"))
+    assert model.layers == (sliding, sliding, sliding, full)
+    every_other = from_hf_dict({**cfg, "sliding_window_pattern": 2}).model
+    assert every_other.layers == (sliding, full)
+
+
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        (
+            {"head_dim": 16},
+            "c/config.json: head_dim 16 is not hidden_size / num_attention_heads (32 / 4), "
+            "the head size of transformers' Cohere 2",
+        ),
+        (
+            {"attention_bias": True},
+            "c/config.json: attention_bias: true is not supported (rope_lab has q/k/v biases only)",
+        ),
+        ({"logit_scale": 0}, "c/config.json: logit_scale must be a number > 0, got 0"),
+    ],
+)
+def test_cohere2_refuses_by_name_what_rope_lab_cannot_compute(fields, match):
+    assert _refusal({**_config("Cohere2Config"), **fields}) == match
 
 
 @pytest.mark.parametrize(
@@ -63,10 +84,7 @@ def test_gemma3_refuses_by_name_what_rope_lab_cannot_compute(fields, match):
     assert _refusal(_config("Gemma3TextConfig", head_dim=8, **fields)) == match
 
 
-def test_gemma3_is_no_longer_refused_but_cohere2_is():
-    from rope_lab.hf.refusals import REFUSED
-
-    assert REFUSED == ("cohere2",)
+def test_gemma3_is_read():
     model = from_hf_dict(_config("Gemma3TextConfig", head_dim=8)).model
     assert (model.norm_placement, model.mlp, model.norm_zero_centred) == ("sandwich", "geglu", True)
 

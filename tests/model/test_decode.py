@@ -82,7 +82,9 @@ def test_every_encoding_decodes_as_it_forwards(kind):
 @pytest.mark.parametrize(
     ("layers", "changes"),
     [
-        ([{"window": 4}, {"position": {"kind": "none"}}], {}),  # RoPE-SWA + NoPE (RNoPE)
+        # windows of two sizes and per-layer temperatures by default; RoPE-SWA + NoPE (RNoPE),
+        # ~3x slower, -m slow
+        pytest.param([{"window": 4}, {"position": {"kind": "none"}}], {}, marks=pytest.mark.slow),
         ([{"window": 3}, {"window": 6, "attn_scale": 0.5}], {"model.scalable_softmax": True}),
         # CoPE in a layout: slow (test_every_encoding_decodes_as_it_forwards decodes CoPE alone)
         pytest.param(

@@ -5,6 +5,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import pytest
+from jax._src.core import jaxprs_in_params
 
 from rope_lab.config import ConfigError, TrialConfig, replace, validate
 from rope_lab.model.transformer import trainable, with_remat
@@ -56,6 +57,59 @@ def test_policy_gives_the_loss_and_gradients_of_none(keep_everything, attention,
     assert_same(loss_and_grads(trial(attention), policy), keep_everything[attention])
 
 
+def test_attention_policy_gives_the_loss_and_gradients_of_none(keep_everything):
+    assert_same(loss_and_grads(trial("blocked"), "attention"), keep_everything["blocked"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attention_fn", ["fox", "sinks"])
+def test_attention_policy_with_a_forget_gate_or_a_prior_logit(attention_fn):
+    """FoX's decay and a sink's prior logit run in the same softmax kernel, whose residuals
+    stay its output and log-sum-exp: the numbers of `none` too."""
+    cfg = replace(trial("blocked"), **{"model.attention_fn": attention_fn})
+    assert_same(loss_and_grads(cfg, "attention"), loss_and_grads(cfg, "none"))
+
+
+def kernel_forwards(policy: str) -> int:
+    """How many times the blocked kernel's forward (`flash._forward`: a scan over query blocks
+    with no carry, each running a while loop over key blocks; the backward's scan carries the
+    key gradients) runs in the jaxpr of the loss's gradient of a 2-block model under `policy`
+    (under a policy the stack runs as a scan, so each run there stands for one per block)."""
+    cfg = trial("blocked")
+    model, task = make_model(cfg), task_from_config(cfg.task)
+    length = cfg.train.length
+    batch = task.sample_from(task.operands(), 2, length, key=jax.random.PRNGKey(0))
+    params, static = eqx.partition(model, trainable(model))
+
+    def loss(p):
+        return masked_loss(with_remat(eqx.combine(p, static), policy), batch, None)
+
+    def count(jaxpr) -> int:
+        found = 0
+        for eqn in jaxpr.eqns:
+            found += (
+                eqn.primitive.name == "scan"
+                and eqn.params["num_carry"] == 0
+                and any(e.primitive.name == "while" for e in eqn.params["jaxpr"].jaxpr.eqns)
+            )
+            found += sum(count(sub) for sub in jaxprs_in_params(eqn.params))
+        return found
+
+    return count(jax.make_jaxpr(jax.grad(loss))(params).jaxpr)
+
+
+def test_attention_policy_never_reruns_the_attention_forward():
+    """`block` recomputes the whole block in the backward, the kernel's O(L^2) forward with
+    it: two forwards in the scanned block; `attention` keeps the kernel's output and
+    log-sum-exp, so its backward recomputes only the projections and MLP: one forward, as
+    many as keeping everything runs per block (`none`: two unrolled blocks, two forwards)."""
+    assert {p: kernel_forwards(p) for p in ("none", "block", "attention")} == {
+        "none": 2,
+        "block": 2,
+        "attention": 1,
+    }
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("attention", ["reference", "blocked"])
 def test_block_policy_under_the_scanned_stack(attention):
@@ -87,8 +141,30 @@ def test_block_policy_keeps_less_for_the_backward():
     assert block < 0.5 * none, (block, none)
 
 
+def test_attention_policy_refused_where_the_blocked_softmax_kernel_does_not_run():
+    """The policy names the blocked softmax kernel's residuals: the reference path, `auto`
+    (which may pick another path) and a normaliser's own kernel (stick-breaking keeps no
+    output or log-sum-exp) are refused, naming the key."""
+    base = replace(tiny_trial(), **{"train.remat": "attention"})
+    for attention in ("auto", "reference", "cudnn"):
+        with pytest.raises(
+            ConfigError,
+            match=rf"^train\.remat: 'attention' keeps the blocked kernel's output and "
+            rf"log-sum-exp; it needs model\.attention=blocked, not '{attention}'$",
+        ):
+            validate(replace(base, **{"model.attention": attention}))
+    sticks = replace(base, **{"model.attention": "blocked", "model.attention_fn": "stick_breaking"})
+    with pytest.raises(
+        ConfigError,
+        match=r"^train\.remat: 'attention' keeps the softmax kernel's output and log-sum-exp; "
+        r"model\.attention_fn='stick_breaking' runs its own kernel \(use block or dots\)$",
+    ):
+        validate(sticks)
+    validate(replace(base, **{"model.attention": "blocked", "model.attention_fn": "fox"}))
+
+
 def test_unknown_policy_is_one_line_naming_the_key():
-    allowed = "allowed: none, block, dots"
+    allowed = "allowed: none, block, dots, attention"
     with pytest.raises(ConfigError, match=rf"^train\.remat: unknown 'all'; {allowed}$"):
         validate(replace(tiny_trial(), **{"train.remat": "all"}))
 
@@ -103,6 +179,9 @@ def test_remat_leaves_the_trial_id():
     base = validate(tiny_trial())
     for policy in ("block", "dots"):
         assert validate(replace(base, **{"train.remat": policy})).trial_id == base.trial_id
+    blocked = validate(replace(base, **{"model.attention": "blocked"}))
+    attention = replace(blocked, **{"train.remat": "attention"})
+    assert validate(attention).trial_id == blocked.trial_id
 
 
 def test_with_remat_refuses_an_unknown_policy_and_leaves_the_model():

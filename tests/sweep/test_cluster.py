@@ -25,6 +25,8 @@ import psutil
 import pytest
 import yaml
 
+from rope_lab.trial.placement import placed_call
+
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -212,9 +214,11 @@ def refused_join(c: Cluster, name: str, **env: str) -> subprocess.Popen:
 
 
 def ran_tasks(node_temp_dir: Path) -> bool:
-    """Whether a Ray worker on this node ran a sweep stage (worker logs name their tasks)."""
+    """Whether a Ray worker on this node ran a sweep stage (worker logs name their tasks: the
+    function the runner submits, `placement.placed_call`)."""
     logs = node_temp_dir.glob("session_*/logs/worker-*.out")
-    return any(":task_name:_call" in p.read_text(errors="replace") for p in logs)
+    name = f":task_name:{placed_call.__name__}"
+    return any(name in p.read_text(errors="replace") for p in logs)
 
 
 def test_sweep_runs_on_two_authenticated_nodes(cluster: Cluster, tmp_path: Path) -> None:

@@ -6,10 +6,12 @@ and rerun."""
 import copy
 import json
 
+import jax
 import numpy as np
 import polars as pl
 import pytest
 
+from rope_lab.corpus.prepare import write_ids
 from rope_lab.results import load, trial_dir
 from rope_lab.sweep import runner
 from rope_lab.sweep.runner import run_sweep
@@ -17,6 +19,7 @@ from rope_lab.sweep.spec import load_spec, parse_spec
 from rope_lab.trial.checkpoint import TrialCheckpointer
 from rope_lab.trial.pipeline import stage_dir
 from rope_lab.trial.stage_plan import eval_stages
+from rope_lab.trial.trained import load_model
 from tests.sweep.conftest import TINY, write_spec
 
 SEEDS = [0, 1, 2]
@@ -178,12 +181,20 @@ def test_a_packed_sweep_stopped_after_training_runs_only_the_evaluation(
     _assert_same_rows(unpacked, run_dir)
 
 
-def test_two_packed_seeds_write_the_rows_they_write_alone(tmp_path):
+@pytest.mark.parametrize("task", ["passkey", pytest.param("lm_tokens", marks=pytest.mark.slow)])
+def test_two_packed_seeds_write_the_rows_they_write_alone(tmp_path, task):
     """The law of the slow tests above at a smaller size: two seeds, 4 steps, no NTK tracking
-    or scaling stage; the packed sweep's trials, train and eval rows are those of the seeds
-    trained alone."""
+    or scaling stage; the packed sweep's trials, train and eval rows and saved models are those
+    of the seeds trained alone. `lm_tokens` (host-fed: each member's windows read from a
+    corpus on the host) on a tiny corpus of random ids."""
     data = copy.deepcopy(TINY)
     data["base"]["model"]["position"] = {"kind": "rope"}
+    if task == "lm_tokens":
+        rng = np.random.default_rng(0)
+        corpus = write_ids(
+            tmp_path / "corpus", rng.integers(0, 256, 3000), rng.integers(0, 256, 400)
+        )
+        data["base"]["task"] = {"name": task, "vocab_size": 256, "params": {"path": str(corpus)}}
     data["base"]["train"].update(steps=4, log_every=2, checkpoint_every=2)
     data["base"]["eval"]["length_multipliers"] = [1]
     data["grid"] = {"train.seed": [0, 1]}
@@ -200,6 +211,10 @@ def test_two_packed_seeds_write_the_rows_they_write_alone(tmp_path):
     assert all(_done(runs[True], t)["pack"] == ids for t in ids)
     assert all("pack" not in _done(runs[False], t) for t in ids)
     _assert_same_rows(runs[False], runs[True], ("trials", "train", "eval"))
+    for tid in ids:
+        alone, packed = (load_model(trial_dir(runs[p], tid)) for p in (False, True))
+        for a, b in zip(jax.tree.leaves(alone), jax.tree.leaves(packed), strict=True):
+            np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-6)
 
 
 def _fake_pipeline(monkeypatch, pack_result=None):

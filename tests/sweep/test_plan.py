@@ -330,7 +330,7 @@ def test_plan_shows_the_processes_a_trial_trains_over() -> None:
     placement group it reserves on Ray (N bundles of the task's resources); a trial asking for
     GPUs is listed."""
 
-    def plan(processes: int, **resources: float) -> str:
+    def plan(processes: int, **resources: float | str) -> str:
         base = BASE | {"ntk": {"enabled": False}}
         base = base | {"train": BASE["train"] | {"processes": processes}}
         return plan_table(parse_spec({"name": "p", "base": base, "resources": resources}))
@@ -345,6 +345,7 @@ def test_plan_shows_the_processes_a_trial_trains_over() -> None:
     text = plan(4)
     assert set(_cells(text, ("DP",)).values()) == {("4 (4 proc)",)}
     assert "(PACK): 4 bundles of {CPU: 1, GPU: 0}" in text
+    assert "(SPREAD): 2 bundles of {CPU: 1, GPU: 0}" in plan(2, placement_strategy="SPREAD")
     assert "placement" not in plan(1)
     assert "train.processes > 1 trains on CPU devices only" in plan(2, num_cpus=2, num_gpus=1)
 
@@ -377,22 +378,27 @@ def test_train_memory_counts_what_each_remat_policy_keeps():
     + 64 x 128 = 12288 saved pairs): a layer keeps 128 (24 D + 6 D_mlp) + 12288 x (1 + 2)
     floats x 4 heads = 344064 floats, the logits 128 x 3 V = 9216.
     none: 2 layers x 344064 + 9216; block: 2 x 128 x D block inputs + one layer's 344064 +
-    9216; dots: 2 x 128 x (3 D + A + 2 A_kv + D_mlp = 320) + 344064 + 9216; each x 4 bytes
-    x 2 sequences + 28 bytes a parameter."""
+    128 x 8 D (REMAT_WORKING_WIDTHS) + 9216; dots: 2 x 128 x (3 D + A + 2 A_kv + D_mlp = 320)
+    + 344064 + 128 x 8 D + 9216; each x 4 bytes x 2 sequences + 28 bytes a parameter.
+    `attention` runs the blocked kernel (no saved pairs: a layer keeps 128 x 1536 = 196608
+    floats) and keeps D + A + 4 heads = 68 floats a position."""
     from rope_lab.config import LayerConfig, replace
     from tests.helpers import tiny_trial
 
     trial = tiny_trial(width=32, depth=2, head_dim=8, length=128)
     trial = replace(trial, **{"train.batch_size": 2})
+    working = 128 * 8 * 32
     expected = {
         "none": 28_000 + 8 * (2 * 344_064 + 9_216),
-        "block": 28_000 + 8 * (2 * 128 * 32 + 344_064 + 9_216),
-        "dots": 28_000 + 8 * (2 * 128 * 320 + 344_064 + 9_216),
+        "block": 28_000 + 8 * (2 * 128 * 32 + 344_064 + working + 9_216),
+        "dots": 28_000 + 8 * (2 * 128 * 320 + 344_064 + working + 9_216),
     }
-    assert expected == {"none": 5_606_752, "block": 2_919_776, "dots": 3_509_600}
+    assert expected == {"none": 5_606_752, "block": 3_181_920, "dots": 3_771_744}
     # a layout of two kinds (one scan step runs both): the same layers, so the same bytes;
     # under a policy one block, not one step, is recomputed at a time
     layout = replace(trial, **{"model.layers": (LayerConfig(), LayerConfig(window=32))})
     for policy, want in expected.items():
         assert train_memory(replace(trial, **{"train.remat": policy}), 1000) == want
         assert train_memory(replace(layout, **{"train.remat": policy}), 1000) == want
+    blocked = replace(trial, **{"model.attention": "blocked", "train.remat": "attention"})
+    assert train_memory(blocked, 1000) == 28_000 + 8 * (2 * 128 * 68 + 196_608 + working + 9_216)

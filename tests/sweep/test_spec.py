@@ -175,6 +175,9 @@ def test_load_spec_records_the_source(tmp_path):
     spec = load_spec(path)
     assert spec.source == path and spec.name == "t"
     assert spec.resources == Resources(num_cpus=2.0, num_gpus=0.5) and spec.max_retries == 0
+    assert spec.resources.placement_strategy == "PACK"
+    spread = load_spec(write(tmp_path, spec_dict(resources={"placement_strategy": "SPREAD"})))
+    assert spread.resources == Resources(placement_strategy="SPREAD")
 
 
 WIDTHS = {"model.position.kind": ["rope", "learned"], "model.width": [32, 64]}
@@ -230,6 +233,11 @@ WIDTHS = {"model.position.kind": ["rope", "learned"], "model.width": [32, 64]}
         (
             {"resources": {"num_gpus": 1.5}},
             r"resources.num_gpus: a share of one device \(< 1\) or whole devices, got 1.5",
+        ),
+        (
+            {"resources": {"placement_strategy": "spread"}},
+            r"resources.placement_strategy: 'spread' is not one of PACK, SPREAD, STRICT_PACK, "
+            r"STRICT_SPREAD$",
         ),
         ({"max_retries": -1}, r"max_retries: must be >= 0, got -1"),
         ({"max_retries": 1.5}, r"max_retries: expected an integer, got 1.5"),

@@ -196,7 +196,10 @@ def test_training_on_a_file_larger_than_the_memory_growth_it_may_use(tmp_path) -
     assert growth < size / 4
 
 
-@pytest.mark.parametrize("protocol", ["random", "nonoverlapping"])
+# nonoverlapping by default (it also pins the BPE rows' scored bytes); random -m slow
+@pytest.mark.parametrize(
+    "protocol", [pytest.param("random", marks=pytest.mark.slow), "nonoverlapping"]
+)
 def test_bits_per_byte_of_a_bytes_corpus_is_the_loss_over_ln_2(tmp_path, protocol) -> None:
     """Every token of a bytes corpus is one byte: bits per byte = loss / ln 2 exactly, for
     lm_tokens and lm_text alike; a BPE corpus' rows divide by the scored tokens' bytes."""

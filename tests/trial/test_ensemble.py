@@ -8,7 +8,13 @@ import pytest
 from rope_lab.config import replace
 from rope_lab.hooks import Hook
 from rope_lab.model.factory import make_model
-from rope_lab.trial.ensemble import init_ensemble, train_ensemble, train_packed, unstack
+from rope_lab.trial.ensemble import (
+    host_batches,
+    init_ensemble,
+    train_ensemble,
+    train_packed,
+    unstack,
+)
 from rope_lab.trial.train import train
 from tests.helpers import tiny_trial
 
@@ -136,3 +142,62 @@ def test_a_pack_refuses_trials_that_differ_beyond_their_seeds():
     cfg = tiny_trial("rope")
     with pytest.raises(ValueError, match=r"cannot train as one pack: .* train\.lr"):
         train_packed([cfg, replace(cfg, **{"train.seed": 1, "train.lr": 1e-2})])
+
+
+def test_host_batches_stack_each_seeds_own_windows_of_the_step(tmp_path):
+    from rope_lab.corpus.prepare import write_ids
+    from rope_lab.tasks import make_task
+
+    path = write_ids(tmp_path / "c", np.arange(500) % 256, np.arange(50))
+    task = make_task("lm_tokens", 256, path=str(path))
+    (stacked,) = host_batches(task, SEEDS, 4, 8, step=7)
+    assert stacked.shape == (2, 4, 9)
+    for i, seed in enumerate(SEEDS):
+        (own,) = task.host_batch(4, 8, seed=seed, step=7)
+        np.testing.assert_array_equal(np.asarray(stacked[i]), own)
+    assert not np.array_equal(stacked[0], stacked[1])
+
+
+@pytest.mark.slow  # three compilations: ~25 s on a loaded 2-core CPU
+def test_a_host_fed_pack_reads_each_members_windows_and_trains_each_as_alone(tmp_path):
+    """`lm_tokens` on a tiny corpus: each packed member's windows of step s are those `train`
+    gathers for its seed (`host_batch(B, L, seed, s)`, once per member and step, in member
+    order), and its loss rows and final model are those of the trial trained alone."""
+    from rope_lab.corpus.prepare import write_ids
+    from rope_lab.tasks.token_lm import TokenLMTask
+
+    ids = np.random.default_rng(0).integers(0, 256, 3000)
+    path = write_ids(tmp_path / "c", ids, np.arange(300) % 256)
+    cfg = replace(
+        tiny_trial("rope", task="lm_tokens", vocab=256, task_params=(("path", str(path)),)),
+        **{"train.steps": 4, "train.log_every": 1},
+    )
+    cfgs = [replace(cfg, **{"train.seed": s}) for s in SEEDS]
+    read: list[tuple[int, int, np.ndarray]] = []
+    original = TokenLMTask.host_batch
+
+    def record(self, batch_size, length, *, seed, step):
+        out = original(self, batch_size, length, seed=seed, step=step)
+        read.append((seed, step, out[0]))
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(TokenLMTask, "host_batch", record)
+        members = train_packed(cfgs)
+        packed_reads = list(read)
+        read.clear()
+        alone = [train(c) for c in cfgs]
+    assert [r[:2] for r in packed_reads] == [(s, t) for t in range(4) for s in SEEDS]
+    by_seed_step = {(s, t): w for s, t, w in read}
+    assert len(by_seed_step) == len(read) == 8
+    for s, t, windows in packed_reads:
+        np.testing.assert_array_equal(windows, by_seed_step[s, t])
+    for member, single in zip(members, alone, strict=True):
+        assert member.traces == 1 and member.steps_done == single.steps_done == 4
+        assert [r["step"] for r in member.history] == [r["step"] for r in single.history]
+        np.testing.assert_allclose(
+            [r["loss"] for r in member.history], [r["loss"] for r in single.history], rtol=1e-5
+        )
+        for a, b in zip(_arrays(member.model), _arrays(single.model), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    assert members[0].history[0]["loss"] != members[1].history[0]["loss"]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.make_trial_ids import OUT, collect
+from tests.fixtures.shipped_specs import NEEDS_DATA
 
 PINNED = json.loads(OUT.read_text())
 
@@ -24,5 +25,4 @@ def test_trial_ids_are_pinned(current, source):
 
 def test_every_shipped_spec_is_pinned_or_needs_data(current):
     specs = {p.name for p in Path(OUT).parents[2].joinpath("sweeps").glob("*.yaml")}
-    needs_data = {"reproduce.yaml", "tokens_cpu.yaml", "pretrained_extension.yaml"}
-    assert specs - needs_data == {s for s in PINNED if s.endswith(".yaml") and "/" not in s}
+    assert specs - NEEDS_DATA == {s for s in PINNED if s.endswith(".yaml") and "/" not in s}

@@ -1,9 +1,10 @@
 """Packed seeds, on paper: which trials of a sweep train together (`rope_lab.trial.packing`), the
 spec key `pack_seeds`, and what `sweep plan` shows of it. No training here."""
 
+import numpy as np
 import pytest
 
-from rope_lab.config import ConfigError, TrialConfig, from_dict, replace
+from rope_lab.config import ConfigError, TrialConfig, replace
 from rope_lab.sweep.plan_table import plan_table
 from rope_lab.sweep.spec import parse_spec
 from rope_lab.trial.packing import ALONE, OFF, mismatch, pack_key, plan_packs, unpackable
@@ -69,15 +70,33 @@ def test_what_cannot_pack_trains_alone_with_its_reason(changes, reason):
     assert unpackable(tiny_trial("rope")) is None
 
 
-def test_a_host_fed_task_trains_alone(monkeypatch):
-    from rope_lab.registry import TASKS
+def test_a_host_fed_task_packs_and_sweep_plan_shows_its_packs(tmp_path):
+    """`lm_tokens` (each member's windows read on the host) packs like a device-fed task."""
+    from rope_lab.corpus.prepare import write_ids
 
-    # the trial id hashes a corpus' fingerprint: none is prepared here
-    monkeypatch.setattr(TASKS["lm_tokens"], "data_identity", lambda self: "fingerprint")
-    data = {**BASE, "task": {"name": "lm_tokens", "vocab_size": 256, "params": {"path": "c"}}}
-    cfg = from_dict(TrialConfig, data)
-    assert "lm_tokens is host-fed" in unpackable(cfg)
-    assert not any(p.packed for p in plan_packs(_seeds(cfg, 0, 1)))
+    corpus = write_ids(tmp_path / "c", np.arange(200) % 256, np.arange(50))
+    task = {"name": "lm_tokens", "vocab_size": 256, "params": {"path": str(corpus)}}
+    spec = parse_spec(
+        {
+            "name": "packs",
+            "base": {**BASE, "task": task},
+            "pack_seeds": True,
+            "grid": {"model.position.kind": ["rope", "alibi"], "train.seed": [0, 1]},
+        }
+    )
+    assert all(unpackable(t) is None for t in spec.trials)
+    # over several devices it still trains alone (a pack feeds one device)
+    assert unpackable(replace(spec.trials[0], **{"train.devices": 2})) == (
+        "train.devices 2 (a pack trains on one device)"
+    )
+    packs = plan_packs(spec.trials)
+    assert [(p.packed, p.seeds) for p in packs] == [(True, [0, 1]), (True, [0, 1])]
+    assert mismatch(list(packs[0].trials)) is None
+    text = plan_table(spec)
+    assert "packed seeds: 4 trials train in 2 packs" in text and "alone: " not in text
+    col = text.splitlines()[1].split().index("pack")
+    cells = [row.split()[col] for row in text.splitlines()[3:7]]
+    assert sorted(cells) == ["p1", "p1", "p2", "p2"]
 
 
 def test_packing_off_leaves_every_trial_alone():

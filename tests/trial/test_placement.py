@@ -1,7 +1,8 @@
 """A multi-process train stage under Ray: a placement group of one bundle per process.
 
 The pure checks pin what is refused before any work (a strategy Ray does not have, more bundles
-than the cluster holds) and the launcher chosen outside Ray. The slow tests run the train stage
+than the cluster holds), the launcher chosen outside Ray, and the spec's strategy reaching the
+launcher inside a task (a stand-in `ray`). The slow tests run the train stage
 as a task of the sweep's `RayRunner` on the in-process cluster: two processes placed by the
 group give the one-process losses, and a member killed mid-training fails the stage naming it,
 with its placement group removed and no worker left.
@@ -11,6 +12,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -28,9 +30,9 @@ def _cfg(**changes: object):
     return replace(base, **{"ntk.enabled": False, "train.log_every": 1, **changes})
 
 
-def test_cluster_and_strategy_checks(monkeypatch) -> None:
-    """N bundles over the cluster's total of a resource, and an unknown strategy, are one line
-    each; a group that fits passes; outside a Ray task the launcher is local."""
+def test_cluster_check() -> None:
+    """N bundles over the cluster's total of a resource are one line; a group that fits passes;
+    outside a Ray task the launcher is local."""
     with pytest.raises(
         ConfigError,
         match=r"^train\.processes: 3 processes reserve 3 bundles of \{CPU: 1, GPU: 0\} "
@@ -40,17 +42,47 @@ def test_cluster_and_strategy_checks(monkeypatch) -> None:
     with pytest.raises(ConfigError, match=r"\(1 GPU\) but the Ray cluster has 0 GPU$"):
         placement.check_cluster(2, {"CPU": 1.0, "GPU": 0.5}, {"CPU": 8.0})
     placement.check_cluster(2, {"CPU": 1.0, "GPU": 0.0}, {"CPU": 2.0})
-    assert placement.strategy() == "PACK"
-    monkeypatch.setenv(placement.STRATEGY_ENV, "spread")
+    assert isinstance(launcher_here(), LocalLauncher)
+
+
+class _InTask:
+    """Stands in for `ray` as seen from inside a task: connected, in a task given `given`, and
+    `ray.remote` running the task's function at once (what the worker would run)."""
+
+    def __init__(self, monkeypatch, given: dict[str, float]) -> None:
+        import ray
+
+        context = SimpleNamespace(get_task_id=lambda: "task", get_assigned_resources=lambda: given)
+        monkeypatch.setattr(ray, "is_initialized", lambda: True)
+        monkeypatch.setattr(ray, "get_runtime_context", lambda: context)
+        monkeypatch.setattr(ray, "init", lambda **_: pytest.fail("ray.init"))
+        monkeypatch.setattr(
+            ray, "remote", lambda **_: lambda fn: SimpleNamespace(remote=lambda *a: fn(*a))
+        )
+
+
+@pytest.mark.parametrize("strategy", ["PACK", "SPREAD", "STRICT_SPREAD"])
+def test_the_launcher_places_members_with_the_specs_strategy(monkeypatch, strategy) -> None:
+    """`resources.placement_strategy` travels from the sweep runner with each task to the
+    placement launcher the task's train stage asks for, with bundles of what the task got."""
+    from rope_lab.sweep.runner import RayRunner
+
+    _InTask(monkeypatch, {"CPU": 2.0, "memory": 1e9})
+    runner = RayRunner(Resources(num_cpus=2, placement_strategy=strategy), max_retries=0)
+    launcher = runner.submit(launcher_here)
+    assert launcher == placement.PlacementLauncher({"CPU": 2.0}, strategy)
+
+
+def test_a_strategy_ray_does_not_have_is_refused_before_ray_starts(monkeypatch) -> None:
+    from rope_lab.sweep.runner import RayRunner
+
+    _InTask(monkeypatch, {"CPU": 1.0})
     with pytest.raises(
         ConfigError,
-        match=r"^ROPE_LAB_PLACEMENT_STRATEGY: 'spread' is not one of PACK, SPREAD, STRICT_PACK, "
-        r"STRICT_SPREAD$",
+        match=r"^resources\.placement_strategy: 'spread' is not one of PACK, SPREAD, "
+        r"STRICT_PACK, STRICT_SPREAD$",
     ):
-        placement.strategy()
-    monkeypatch.setenv(placement.STRATEGY_ENV, "SPREAD")
-    assert placement.strategy() == "SPREAD"
-    assert isinstance(launcher_here(), LocalLauncher)
+        RayRunner(Resources(placement_strategy="spread"), max_retries=0)
 
 
 def _members(folder: Path) -> list[list[str]]:

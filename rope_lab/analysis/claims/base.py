@@ -18,13 +18,17 @@ from typing import Any, Final, Literal
 import numpy as np
 import polars as pl
 
-from rope_lab.analysis.curve_labels import PROTOCOL, protocol_expr, trained_expr, variant_expr
+from rope_lab.analysis.curve_labels import (
+    DATA_PATH,
+    PROTOCOL,
+    TASK_PARAMS,
+    protocol_expr,
+    trained_expr,
+    variant_expr,
+)
 from rope_lab.registry import CLAIMS
 
 VERDICTS: Final = ("holds", "fails", "inconclusive")
-TASK_PARAMS: Final = "task.params"  # a task's parameters, as JSON pairs: [["path", "..."]]
-# a text task's corpus (file, builtin: or folder), from its parameters
-DATA_PATH: Final = pl.col(TASK_PARAMS).str.extract(r'\[\s*"path"\s*,\s*"((?:[^"\\]|\\.)*)"\s*\]', 1)
 Direction = Literal[">", "<"]
 Stat = Callable[[Mapping[str, float]], float]
 

@@ -57,6 +57,16 @@ def auto_facet(frame: pl.DataFrame, value: str | None, candidates: Sequence[str]
     return varying[0] if varying else None
 
 
+def fit_groups(frame: pl.DataFrame) -> tuple[str, ...]:
+    """The columns whose groups a law or isoFLOP figure fits one by one: task, corpus (only
+    when some row reads one: null for synthetic tasks) and curve label."""
+    return tuple(
+        c
+        for c in ("task.name", "corpus", "label")
+        if c in frame.columns and frame.get_column(c).drop_nulls().len() > 0
+    )
+
+
 def finite_rows(frame: pl.DataFrame, col: str) -> pl.DataFrame:
     """The rows whose ``col`` is a finite number."""
     value = pl.col(col).cast(pl.Float64)

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 
 from rope_lab.analysis import query as q
 from rope_lab.analysis.isoflop import COMPUTE_TOLERANCE, compute_buckets, isoflop_tables
-from rope_lab.analysis.plots.frames import Source, eval_frame, finite_rows
+from rope_lab.analysis.plots.frames import Source, eval_frame, finite_rows, fit_groups
 from rope_lab.analysis.plots.labels import name_of
 from rope_lab.analysis.plots.layout import finish, panel_grid
 from rope_lab.analysis.plots.scaling_laws import scaling_data
@@ -108,7 +108,7 @@ def isoflop(
     """
     y = q.loss_metric(eval_frame(source)) if metric is None else metric
     rows, where = scaling_data(source, y, length_ratio=length_ratio)
-    by = tuple(c for c in ("task.name", "label") if c in rows.columns)
+    by = fit_groups(rows)
     q.check_columns(rows, [x, "tokens_seen"], "the plot")
     rows = finite_rows(
         rows.filter(pl.col(x).is_not_null() & pl.col("tokens_seen").is_not_null()), y
@@ -120,7 +120,7 @@ def isoflop(
     groups = frontier.select(by).to_dicts() if by else [{}]
     fig, axes = panel_grid(len(groups), 2, sharex=False, sharey=False, extra=0.8)
     for row_axes, key in zip(axes, groups, strict=True):
-        match = [pl.col(c) == v for c, v in key.items()]
+        match = [pl.col(c).eq_missing(v) for c, v in key.items()]
         sub = rows.filter(*match) if match else rows
         prof = profiles.filter(*match) if match else profiles
         front = (frontier.filter(*match) if match else frontier).row(0, named=True)

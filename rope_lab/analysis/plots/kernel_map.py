@@ -1,7 +1,9 @@
 """``kernel-map``: the tail kernel at initialisation against the length ratio (log2), one line
 per depth and one panel per encoding, from the Parquet rows `rope-lab kernel-map --output`
 writes (`rope_lab.ntk.kernel_map`), with the vanishing threshold
-(`rope_lab.analysis.kernel_map.VANISHING_COS`) as a horizontal line."""
+(`rope_lab.analysis.kernel_map.VANISHING_COS`) as a horizontal line. Rows of both stages
+(`kernel-map --from-run`, `rope_lab.ntk.trained_map`) give each line twice: dotted at
+initialisation, solid after training."""
 
 from __future__ import annotations
 
@@ -31,12 +33,19 @@ def kernel_map_frame(source: Any) -> pl.DataFrame:
     return command_rows(source, "kernel-map", NEEDED)
 
 
+STAGE_LINES = {"init": ":", "trained": "-"}
+
+
 def _lines(ax: Axes, rows: pl.DataFrame, by: str, metric: str, colours: dict) -> None:
-    """One line of the seed-mean ``metric`` against ratio per value of column ``by``."""
-    means = rows.group_by([by, "ratio"]).agg(pl.col(metric).mean()).sort([by, "ratio"])
-    for value, line in means.group_by(by, maintain_order=True):
+    """One line of the seed-mean ``metric`` against ratio per value of column ``by`` and, in
+    rows of both stages, per stage (init dotted, trained solid, labelled "VALUE STAGE")."""
+    staged = "stage" in rows.columns and rows["stage"].n_unique() > 1
+    keys = [by, "stage"] if staged else [by]
+    means = rows.group_by([*keys, "ratio"]).agg(pl.col(metric).mean()).sort([*keys, "ratio"])
+    for value, line in means.group_by(keys, maintain_order=True):
+        style = STAGE_LINES.get(str(value[1]), "-") if staged else "-"
         ax.plot(line["ratio"], line[metric], marker="o", ms=3, color=colours[value[0]],
-                label=str(value[0]))  # fmt: skip
+                ls=style, label=" ".join(map(str, value)))  # fmt: skip
 
 
 def _most_common(frame: pl.DataFrame, col: str) -> Any:
@@ -52,7 +61,8 @@ def kernel_map(
     threshold: float = VANISHING_COS,
     out: str | Path | None = None,
 ) -> Figure:
-    """Kernel map: the tail kernel at init against the length ratio, per depth and encoding.
+    """Kernel map: the tail kernel at init (and, in rows with a `stage`, after training: init
+    dotted, trained solid) against the length ratio, per depth and encoding.
 
     Rows: the NTK, the NNGP (where measured) at the most common width and parametrisation,
     one line per depth; last row: the NTK at the most common depth, one line per (width,
@@ -104,6 +114,11 @@ def kernel_map(
             title="depth" if i < len(kernels) else "variant", fontsize=7,
             loc="center left", bbox_to_anchor=(1.0, 0.5),
         )  # fmt: skip
-    fig.suptitle(f"tail kernel at initialisation: {metric.replace('_', ' ')} "
+    stages = frame["stage"].unique().to_list() if "stage" in frame.columns else ["init"]
+    when = {"init": "at initialisation", "trained": "after training"}
+    title = " and ".join(when[s] for s in STAGE_LINES if s in stages)
+    if len(stages) > 1:
+        title += " (dotted: init, solid: trained)"
+    fig.suptitle(f"tail kernel {title}: {metric.replace('_', ' ')} "
                  f"(dashed: vanishing threshold {threshold:g})")  # fmt: skip
     return finish(fig, out)

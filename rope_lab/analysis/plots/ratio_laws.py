@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 
 from rope_lab.analysis import query as q
 from rope_lab.analysis.plots.axes import loglog
-from rope_lab.analysis.plots.frames import Source, eval_frame, finite_rows
+from rope_lab.analysis.plots.frames import Source, eval_frame, finite_rows, fit_groups
 from rope_lab.analysis.plots.labels import name_of
 from rope_lab.analysis.plots.layout import finish, panel_grid
 from rope_lab.analysis.plots.style import styled
@@ -61,7 +61,7 @@ def loss_law_ratios(
     """
     frame = eval_frame(source)
     y = q.loss_metric(frame) if metric is None else metric
-    by = tuple(c for c in ("task.name", "label") if c in frame.columns)
+    by = fit_groups(frame)
     q.check_columns(frame, [x, "tokens_seen", RATIO], "the plot")
     rows = finite_rows(frame.filter(pl.col(x).is_not_null()), y)
     if rows.is_empty():
@@ -73,7 +73,7 @@ def loss_law_ratios(
     cmap = matplotlib.colormaps["plasma"]
     colors = {r: cmap(0.85 * i / max(len(ratios) - 1, 1)) for i, r in enumerate(ratios)}
     for (ax,), key in zip(axes, groups, strict=True):
-        match = [pl.col(c) == v for c, v in key.items()]
+        match = [pl.col(c).eq_missing(v) for c, v in key.items()]
         sub = rows.filter(*match) if match else rows
         fits = table.filter(*match) if match else table
         xs = sub.get_column(x).cast(pl.Float64).to_numpy()

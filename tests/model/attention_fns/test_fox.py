@@ -145,11 +145,19 @@ def _decoding_model(fn: str, layers: tuple = (), kind: str = "none", depth: int 
     return jittered(make_model(_decoding_trial(fn, layers, kind, depth)))
 
 
-# without a window test_registered.py decodes both variants already: those run with -m slow
+def _decoding_case(fn: str, name: str):
+    """(fn, layers) of test_cached_decoding_...: the windowed fox by default, the rest -m slow
+    (without a window test_registered.py decodes both variants already, and fox_pro's output
+    gate is decoded there too)."""
+    layers = {"full": (), "window": WINDOWED}[name]
+    marks = () if (fn, name) == ("fox", "window") else pytest.mark.slow
+    return pytest.param(fn, layers, id=f"{fn}-{name}", marks=marks)
+
+
 @pytest.mark.parametrize(
-    "layers", [pytest.param((), marks=pytest.mark.slow), WINDOWED], ids=["full", "window"]
+    ("fn", "layers"),
+    [_decoding_case(fn, name) for fn in ("fox", "fox_pro") for name in ("full", "window")],
 )
-@pytest.mark.parametrize("fn", ["fox", "fox_pro"])
 def test_cached_decoding_equals_the_forward_at_every_step(fn, layers):
     """Teacher forcing: prefill of 5 tokens, then one decode_step per token, gives the logits of
     the uncached forward at every position (the cache holds each key's cumulative log gate;

@@ -54,6 +54,8 @@ def test_trial_ids():
         ({"model.heads": 2}, "model.heads"),
         ({"model.attention": "blocked"}, "model.attention"),
         ({"model.scalable_softmax": True}, "model.scalable_softmax"),
+        ({"model.block": "parallel"}, "model.block"),
+        ({"model.logit_scale": 0.5}, "model.logit_scale"),
         ({"model.cnn.kernel_size": 0}, "model.cnn.kernel_size"),
         ({"model.cnn.dilations": ()}, "model.cnn.dilations"),
         ({"model.cnn.dilations": (1, 0)}, r"model.cnn.dilations\[1\]"),
