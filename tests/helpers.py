@@ -1,8 +1,11 @@
 """Tiny configs and small helpers shared by tests."""
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import NoReturn
 
+import numpy as np
 import pytest
 
 from rope_lab.config import (
@@ -106,3 +109,22 @@ def ntk_against_jacrev(model, tokens, where):
     part = np.einsum("ncp,mcp->nm", per_seq[..., own], per_seq[..., own])
     assert not np.allclose(got, want - part, **tol)
     return per_seq, own, columns
+
+
+@contextlib.contextmanager
+def recorded_token_windows() -> Iterator[list[tuple[int, int, np.ndarray]]]:
+    """Within the block, every batch a token-corpus task hands to training is appended to the
+    yielded list as (seed, step, its input windows (B, L))."""
+    from rope_lab.tasks.token_lm import TokenLMTask
+
+    read: list[tuple[int, int, np.ndarray]] = []
+    original = TokenLMTask.host_batch
+
+    def record(self, batch_size, length, *, seed, step):
+        out = original(self, batch_size, length, seed=seed, step=step)
+        read.append((seed, step, out[0]))
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(TokenLMTask, "host_batch", record)
+        yield read

@@ -16,14 +16,19 @@ import pytest
 
 from rope_lab.config import LayerConfig, PositionConfig
 from rope_lab.hf.cohere import half_split_rows, interleaved_rows
-from rope_lab.model.decode import generate
 from rope_lab.model.layers import Norm
 from rope_lab.model.rotation import apply_rotary
 from rope_lab.model.transformer import count_params
 from rope_lab.sweep.plan import estimate_cost
 from rope_lab.trial.train import make_model
 from rope_lab.typed import ConfigError
-from tests.model.test_pretrained_arch import _randomise, _tokens, _trial, forward
+from tests.model.test_pretrained_arch import (
+    _randomise,
+    _tokens,
+    _trial,
+    assert_decoding_matches_forward,
+    assert_implementations_agree,
+)
 
 NOPE = PositionConfig(kind="none")
 COHERE = {
@@ -129,22 +134,13 @@ def test_half_split_rows_turn_interleaved_rotary_scores_into_rope_labs():
 
 
 def test_cohere_model_is_the_same_under_the_blocked_kernel():
-    reference = _randomise(
-        make_model(_trial(**COHERE, **LAYOUT, **{"model.attention": "reference"}))
-    )
-    other = _randomise(make_model(_trial(**COHERE, **LAYOUT, **{"model.attention": "blocked"})))
-    tokens = _tokens(20)
-    np.testing.assert_allclose(forward(other, tokens), forward(reference, tokens), atol=2e-5)
+    assert_implementations_agree({**COHERE, **LAYOUT})
 
 
 @pytest.mark.slow
 def test_cohere_decoding_with_a_cache_equals_the_forward():
     """Past the sliding window of 3, through the parallel block and the scaled readout."""
-    model = _randomise(make_model(_trial(**COHERE, **LAYOUT)))
-    prompt = _tokens(6)
-    tokens, logits = generate(model, prompt, 8, 32)
-    want = forward(model, np.concatenate([prompt, tokens[:-1]]))[5:]
-    np.testing.assert_allclose(logits, want, rtol=1e-5, atol=1e-5)
+    assert_decoding_matches_forward(_randomise(make_model(_trial(**COHERE, **LAYOUT))))
 
 
 def test_cohere_parameters_are_planned():

@@ -17,14 +17,20 @@ import pytest
 
 from rope_lab.config import LayerConfig, PositionConfig
 from rope_lab.model.attention_layer import attention_scale
-from rope_lab.model.decode import generate
 from rope_lab.model.layers import MLP, Norm
 from rope_lab.model.positions.rotary import RopeConfig
 from rope_lab.model.transformer import count_params, softcap
 from rope_lab.sweep.plan import estimate_cost
 from rope_lab.trial.train import make_model
 from rope_lab.typed import ConfigError
-from tests.model.test_pretrained_arch import _randomise, _tokens, _trial, forward
+from tests.model.test_pretrained_arch import (
+    _randomise,
+    _tokens,
+    _trial,
+    assert_decoding_matches_forward,
+    assert_implementations_agree,
+    forward,
+)
 
 RMS = {"model.norm": "rmsnorm", "model.mlp": "swiglu", "model.norm_eps": 1e-6}
 GEMMA = {
@@ -129,21 +135,14 @@ def test_sandwich_normalises_what_each_sublayer_reads():
 
 
 def test_gemma_model_is_the_same_under_the_blocked_kernel():
-    cfg = {**GEMMA, "model.layers": (LOCAL, LayerConfig())}
-    reference = _randomise(make_model(_trial(**{**cfg, "model.attention": "reference"})))
-    other = _randomise(make_model(_trial(**{**cfg, "model.attention": "blocked"})))
-    tokens = _tokens(20)
-    np.testing.assert_allclose(forward(other, tokens), forward(reference, tokens), atol=2e-5)
+    assert_implementations_agree({**GEMMA, "model.layers": (LOCAL, LayerConfig())})
 
 
 @pytest.mark.slow
 def test_gemma_decoding_with_a_cache_equals_the_forward():
     """Past the sliding window of 3, with the local rope base."""
     model = _randomise(make_model(_trial(**GEMMA, **{"model.layers": (LOCAL, LayerConfig())})))
-    prompt = _tokens(6)
-    tokens, logits = generate(model, prompt, 8, 32)
-    want = forward(model, np.concatenate([prompt, tokens[:-1]]))[5:]
-    np.testing.assert_allclose(logits, want, rtol=1e-5, atol=1e-5)
+    assert_decoding_matches_forward(model)
 
 
 def test_gemma_parameters_are_planned():

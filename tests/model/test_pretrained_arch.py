@@ -42,6 +42,26 @@ def _randomise(model, seed=1):
     return eqx.combine(jax.tree.unflatten(tree, new), static)
 
 
+def assert_implementations_agree(changes, n=20):
+    """The randomised model of `_trial(**changes)` gives the same logits under the blocked
+    kernel as under the reference path, on n tokens."""
+    models = [
+        _randomise(make_model(_trial(**{**changes, "model.attention": impl})))
+        for impl in ("reference", "blocked")
+    ]
+    tokens = _tokens(n)
+    np.testing.assert_allclose(forward(models[1], tokens), forward(models[0], tokens), atol=2e-5)
+
+
+def assert_decoding_matches_forward(model, prompt_len=6, steps=8, capacity=32):
+    """Greedy decoding with the KV cache gives, at each step, the full forward's logits of the
+    prompt and the tokens decoded so far."""
+    prompt = _tokens(prompt_len)
+    tokens, logits = generate(model, prompt, steps, capacity)
+    want = forward(model, jnp.concatenate([prompt, tokens[:-1]]))[prompt_len - 1 :]
+    np.testing.assert_allclose(logits, want, rtol=1e-5, atol=1e-5)
+
+
 def _as_multi_head(gqa, mha):
     """The multi-head model `mha` holding `gqa`'s weights, each key/value head repeated for
     the query heads that read it (HF's `repeat_kv`): the brute-force grouped-query attention."""
@@ -96,11 +116,7 @@ def test_grouped_query_decoding_caches_fewer_heads_and_matches_the_forward():
     small = init_cache(model, 32)
     assert small.layers[0].k.shape[1] == 1 and full.layers[0].k.shape[1] == 4
     assert full.layers[0].k.nbytes == 4 * small.layers[0].k.nbytes
-    prompt = _tokens(6)
-    tokens, logits = generate(model, prompt, 8, 32)
-    seq = jnp.concatenate([prompt, tokens[:-1]])
-    want = forward(model, seq)[5:]
-    np.testing.assert_allclose(logits, want, rtol=1e-5, atol=1e-5)
+    assert_decoding_matches_forward(model)
 
 
 def test_qkv_bias_is_added_after_the_projection():

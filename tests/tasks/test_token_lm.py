@@ -125,9 +125,8 @@ def test_truncated_bin_is_refused_naming_the_file(tmp_path) -> None:
 def test_resumed_training_reads_the_windows_it_would_have_read(tmp_path) -> None:
     """Steps 0..9 in one run and 0..4 then a restart at 5 (a fresh task, as after a kill) feed
     identical windows: recorded at the host_batch boundary of the training loop."""
-    from rope_lab.tasks.token_lm import TokenLMTask
     from rope_lab.trial.train import train
-    from tests.helpers import tiny_trial
+    from tests.helpers import recorded_token_windows, tiny_trial
 
     path = write_ids(
         tmp_path / "c", np.random.default_rng(1).integers(0, 256, 4000), np.arange(300)
@@ -135,20 +134,12 @@ def test_resumed_training_reads_the_windows_it_would_have_read(tmp_path) -> None
     cfg = tiny_trial(
         "rope", task="lm_tokens", vocab=256, task_params=(("path", str(path)),), steps=10
     )
-    seen: list[tuple[int, np.ndarray]] = []
-    original = TokenLMTask.host_batch
-
-    def record(self, batch_size, length, *, seed, step):
-        out = original(self, batch_size, length, seed=seed, step=step)
-        seen.append((step, out[0]))
-        return out
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(TokenLMTask, "host_batch", record)
+    with recorded_token_windows() as read:
         whole = train(cfg)
-        straight = dict(seen)
-        seen.clear()
+        straight = {step: windows for _, step, windows in read}
+        read.clear()
         train(cfg, model=whole.model, start_step=5)  # builds its task afresh
+    seen = [(step, windows) for _, step, windows in read]
     assert sorted(dict(seen)) == list(range(5, 10))
     for step, windows in seen:
         np.testing.assert_array_equal(windows, straight[step])
@@ -159,7 +150,7 @@ RSS_SCRIPT = textwrap.dedent(
     """
     import resource, sys
     from rope_lab.trial.train import train
-    from tests.helpers import tiny_trial
+    from tests.helpers import recorded_token_windows, tiny_trial
     cfg = tiny_trial("rope", task="lm_tokens", vocab=256, task_params=(("path", sys.argv[1]),),
                      steps=40, length=64)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -16,7 +16,7 @@ from rope_lab.trial.ensemble import (
     unstack,
 )
 from rope_lab.trial.train import train
-from tests.helpers import tiny_trial
+from tests.helpers import recorded_token_windows, tiny_trial
 
 SEEDS = (3, 11)
 
@@ -164,7 +164,6 @@ def test_a_host_fed_pack_reads_each_members_windows_and_trains_each_as_alone(tmp
     gathers for its seed (`host_batch(B, L, seed, s)`, once per member and step, in member
     order), and its loss rows and final model are those of the trial trained alone."""
     from rope_lab.corpus.prepare import write_ids
-    from rope_lab.tasks.token_lm import TokenLMTask
 
     ids = np.random.default_rng(0).integers(0, 256, 3000)
     path = write_ids(tmp_path / "c", ids, np.arange(300) % 256)
@@ -173,16 +172,7 @@ def test_a_host_fed_pack_reads_each_members_windows_and_trains_each_as_alone(tmp
         **{"train.steps": 4, "train.log_every": 1},
     )
     cfgs = [replace(cfg, **{"train.seed": s}) for s in SEEDS]
-    read: list[tuple[int, int, np.ndarray]] = []
-    original = TokenLMTask.host_batch
-
-    def record(self, batch_size, length, *, seed, step):
-        out = original(self, batch_size, length, seed=seed, step=step)
-        read.append((seed, step, out[0]))
-        return out
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(TokenLMTask, "host_batch", record)
+    with recorded_token_windows() as read:
         members = train_packed(cfgs)
         packed_reads = list(read)
         read.clear()
