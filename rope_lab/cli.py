@@ -65,10 +65,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0 if outcome.status == "done" else 2
 
 
-def _cmd_sweep_run(args: argparse.Namespace) -> int:
+def _load_slice(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """The spec of ``args.spec``, validated, cut to ``args.only``'s trials (`sweep.slicing`)."""
+    from rope_lab.sweep.slicing import parse_only, slice_spec
     from rope_lab.sweep.spec import load_spec
 
-    spec = load_spec(args.spec)  # validated before any work starts
+    return slice_spec(load_spec(args.spec), parse_only(args.only))
+
+
+def _cmd_sweep_run(args: argparse.Namespace) -> int:
+    spec = _load_slice(args)  # validated before any work starts
     spec = _with_tracking_flags(spec, args)
     from rope_lab.results.targets import check_run_target
 
@@ -133,9 +139,8 @@ def _write_plots(run_dir: Path) -> list[Path]:
 
 def _cmd_sweep_plan(args: argparse.Namespace) -> int:
     from rope_lab.sweep.plan_table import plan_table
-    from rope_lab.sweep.spec import load_spec
 
-    print(plan_table(load_spec(args.spec), flops_per_s=args.flops))
+    print(plan_table(_load_slice(args), flops_per_s=args.flops))
     return 0
 
 
@@ -165,6 +170,17 @@ def _cmd_sweep_submit(args: argparse.Namespace) -> int:
     print(f"submitted {job_id}: {entrypoint}")
     print(f"follow it with: ray job logs --follow --address {args.address} {job_id}")
     return 0
+
+
+def _add_only(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--only",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="only the trials whose axis KEY takes VALUE (repeatable: all must hold), e.g. "
+        "--only task.name=lm_text; they run into the sweep's own run directory",
+    )
 
 
 def _add_sweep(sub: argparse._SubParsersAction) -> None:
@@ -210,9 +226,11 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         "offline under OUT/NAME/wandb unless WANDB_API_KEY is set (overrides the spec's "
         "tracking.wandb; needs the tracking extra)",
     )
+    _add_only(p)
     p.set_defaults(func=_cmd_sweep_run)
     p = ssub.add_parser("plan", help="list the trials and their estimated cost without running")
     p.add_argument("spec", type=Path)
+    _add_only(p)
     p.add_argument(
         "--flops",
         type=positive_float,
