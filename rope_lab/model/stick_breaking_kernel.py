@@ -8,7 +8,9 @@ o_i = sum_j A_ij v_j, with no normaliser. In log space, with ls = log sigmoid,
 
     log A_ij = ls(z_ij) + sum_{j<l<i} ls(-z_il),
 
-every term <= 0, so no exp of a positive number is ever taken. The forward visits a query
+every term <= 0, so no exp of a positive number is ever taken. Transcendentals are most of the
+cost on a CPU, so ls(z) is taken as z + ls(-z) (one softplus a logit in the forward) and the
+backward draws ls(-z), sigmoid(-z) and sigmoid(z) from one exp and one log1p (`_shares`). The forward visits a query
 block's key blocks from its own block backwards (right to left), carrying each row's sum of
 ls(-z) over the keys already visited (the nearer ones); inside a tile the nearer keys' sum is a
 reverse cumulative sum. The backward, with ds_ij = A_ij (do_i . v_j) the gradient of log A_ij:
@@ -80,10 +82,29 @@ def log_stick_weights(
     """log A_ij = log sigmoid(z_ij) + sum over the nearer keys l > j of log sigmoid(-z_il) of a
     tile of masked logits, given each row's sum `kept` of log sigmoid(-z) over the keys after
     the tile; and that sum with the tile's keys added. Every term is <= 0."""
-    log_keep = jax.nn.log_sigmoid(-logits)  # the share of the stick each key leaves
+    return _log_weights(logits, jax.nn.log_sigmoid(-logits), kept)
+
+
+def _log_weights(logits, log_keep, kept):
+    """`log_stick_weights` given log_keep = log sigmoid(-z), the share of the stick each key
+    leaves: log sigmoid(z) = z + log sigmoid(-z), one softplus for both (an absolute error of
+    ulp(z) in log A, a relative one in A)."""
     farther = jnp.concatenate([log_keep[..., 1:], jnp.zeros_like(log_keep[..., :1])], axis=-1)
     nearer = jax.lax.cumsum(farther, axis=logits.ndim - 1, reverse=True) + kept[..., None]
-    return jax.nn.log_sigmoid(logits) + nearer, kept + log_keep.sum(-1)
+    return logits + log_keep + nearer, kept + log_keep.sum(-1)
+
+
+def _shares(z):
+    """log sigmoid(-z), sigmoid(-z) and sigmoid(z) from one exp and one log1p of e = exp(-|z|)
+    (the backward's transcendentals are most of its time on a CPU)."""
+    e = jnp.exp(-jnp.abs(z))
+    r = 1.0 / (1.0 + e)
+    positive = z >= 0
+    return (
+        -(jnp.maximum(z, 0.0) + jnp.log1p(e)),
+        jnp.where(positive, e * r, r),
+        jnp.where(positive, r, e * r),
+    )
 
 
 def _mask(plan: BlockPlan, i: Array, j: Array) -> Array:
@@ -176,7 +197,8 @@ def _backward(q, k, v, encoding, row_scale, positions, plan: BlockPlan, d_out):
             choice = remap_choice(encoding, pt[i], pt[j])
             z = raw_logits(qi, kt[j], plan.scale, bias, choice)
             s = jnp.where(ok[None], z if ri is None else z * ri[..., None], MASKED)
-            a = jnp.exp(log_stick_weights(s, kept_after[j])[0])
+            log_keep, keep, take = _shares(s)
+            a = jnp.exp(_log_weights(s, log_keep, kept_after[j])[0])
             dv_j = jnp.einsum(
                 "hqk,hqd->hkd", a.astype(doi.dtype), doi, preferred_element_type=jnp.float32
             )
@@ -184,7 +206,7 @@ def _backward(q, k, v, encoding, row_scale, positions, plan: BlockPlan, d_out):
             ds = a * da
             before = jnp.cumsum(ds, axis=2)
             before = jnp.concatenate([jnp.zeros_like(before[..., :1]), before[..., :-1]], -1)
-            dx = ds * jax.nn.sigmoid(-s) - jax.nn.sigmoid(s) * (farther_ds[..., None] + before)
+            dx = ds * keep - take * (farther_ds[..., None] + before)
             dx = jnp.where(ok[None], dx, 0.0)
             farther_ds = farther_ds + ds.sum(-1)
             dx, d_params, dr = through_bias(dx, z, ok, ri, bias_vjp, d_params, dr)
