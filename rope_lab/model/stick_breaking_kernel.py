@@ -10,10 +10,12 @@ o_i = sum_j A_ij v_j, with no normaliser. In log space, with ls = log sigmoid,
 
 every term <= 0, so no exp of a positive number is ever taken. Transcendentals are most of the
 cost on a CPU, so ls(z) is taken as z + ls(-z) (one softplus a logit in the forward) and the
-backward draws ls(-z), sigmoid(-z) and sigmoid(z) from one exp and one log1p (`_shares`). The forward visits a query
-block's key blocks from its own block backwards (right to left), carrying each row's sum of
-ls(-z) over the keys already visited (the nearer ones); inside a tile the nearer keys' sum is a
-reverse cumulative sum. The backward, with ds_ij = A_ij (do_i . v_j) the gradient of log A_ij:
+backward draws ls(-z), sigmoid(-z) and sigmoid(z) from one exp and one log1p (`_shares`).
+
+The forward visits a query block's key blocks from its own block backwards (right to left),
+carrying each row's sum of ls(-z) over the keys already visited (the nearer ones); inside a
+tile the nearer keys' sum is a reverse cumulative sum. The backward, with ds_ij = A_ij
+(do_i . v_j) the gradient of log A_ij:
 
     dz_ij = ds_ij sigmoid(-z_ij) - sigmoid(z_ij) sum_{j'<j} ds_ij',
 
