@@ -150,6 +150,7 @@ class PlacementLauncher:
         n = cfg.train.processes
         group = placement_group([dict(self.bundle)] * n, strategy=self.strategy)
         refs: dict[Any, int] = {}
+        ended: set[Any] = set()
         try:
             ready, _ = ray.wait([group.ready()], timeout=self.timeout_s)
             if not ready:
@@ -178,6 +179,7 @@ class PlacementLauncher:
             pending = list(refs)
             while pending:
                 (done,), pending = ray.wait(pending, num_returns=1)
+                ended.add(done)
                 try:
                     out = ray.get(done)
                 except Exception as err:
@@ -185,7 +187,7 @@ class PlacementLauncher:
                 result = out if refs[done] == 0 else result
             assert result is not None
             return dict(result)
-        finally:
-            for ref in refs:
+        finally:  # only the members still running: their Ray workers are killed
+            for ref in refs.keys() - ended:
                 ray.cancel(ref, force=True)
             remove_placement_group(group)

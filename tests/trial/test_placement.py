@@ -9,6 +9,7 @@ with its placement group removed and no worker left.
 """
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -116,6 +117,25 @@ def _stage(runner, cfg, run_dir: Path) -> dict:
     return runner.wait([handle])[1]
 
 
+CRASH_SIGNS = re.compile(
+    r"SIGSEGV|SIGABRT|SIGBUS|Fatal Python error|Check failed|\*\*\* SIG|core dumped|"
+    r"terminate called"
+)
+
+
+def _crash_lines(logs: Path = Path("/tmp/ray/session_latest/logs"), most: int = 40) -> str:
+    """The lines of the local Ray session's logs that say why a worker died (a fatal signal, a
+    failed check), for the message of a test that met a crashed Ray worker."""
+    found = [
+        f"{path.name}: {line.strip()}"
+        for path in sorted(logs.glob("*"))
+        if path.is_file()
+        for line in path.read_text(errors="replace").splitlines()
+        if CRASH_SIGNS.search(line)
+    ]
+    return "\n".join(found[-most:]) or f"no crash line in {logs}"
+
+
 def _groups_left() -> list[str]:
     import ray
 
@@ -182,7 +202,9 @@ def test_a_killed_member_fails_the_stage_naming_it(runner, tmp_path: Path) -> No
     result = runner.wait([handle])[1]
     assert time.monotonic() - start < 30
     assert result["status"] == "failed"
-    assert "WorkerFailed: process 1 of 2 exited with code -9 (SIGKILL)" in result["error"]
+    assert "WorkerFailed: process 1 of 2 exited with code -9 (SIGKILL)" in result["error"], (
+        f"{result['error']}\n{_crash_lines()}"
+    )
     deadline = time.monotonic() + 15
     while _members(tmp_path) and time.monotonic() < deadline:
         time.sleep(0.5)
