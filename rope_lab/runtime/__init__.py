@@ -1,1 +1,2 @@
-"""Process plumbing: atomic writes, the glibc allocator settings, XLA options, phase timing."""
+"""Process plumbing: atomic writes, the glibc allocator settings, XLA options, phase timing,
+compiled programs freed before the memory maps run out."""

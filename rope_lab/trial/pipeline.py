@@ -63,6 +63,7 @@ from rope_lab.results.columns import (
 from rope_lab.results.schema import SUCCESS_MARKER, TRIAL_SEGMENT
 from rope_lab.runtime.atomic import atomic_write_text
 from rope_lab.runtime.checked_files import CorruptFile, read_json
+from rope_lab.runtime.memory_maps import free_programs_if_crowded
 from rope_lab.tracking.runs import from_plain
 from rope_lab.trial.stage_files import (
     FILES_KEY,
@@ -207,6 +208,7 @@ def _guarded(run_dir: str | Path, trial_id: str, stage: str, work: Callable[[], 
         return _failure(stage, trial_id, start)
     finally:
         lease.release()
+        free_programs_if_crowded()
 
 
 def _work(cfg: TrialConfig, run_dir: Path, stage: Stage, tracking: dict | None) -> dict:
@@ -296,6 +298,7 @@ def run_pack_train(
     finally:
         for lease in leases:
             lease.release()
+        free_programs_if_crowded()
     return {"members": {cfg.trial_id: members[cfg.trial_id] for cfg in cfgs}}
 
 
