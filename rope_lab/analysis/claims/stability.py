@@ -117,9 +117,14 @@ def _cell_name(corpus: str, setup: str) -> str:
 
 
 def _cell_text(v: Verdict | None) -> str:
+    """``"holds +0.127 [+0.098, +0.155]"``: verdict, effect and its interval where judged."""
     if v is None:
         return "missing"
-    return v.verdict if v.effect is None else f"{v.verdict} {v.effect:+.3g}"
+    if v.effect is None:
+        return v.verdict
+    if v.ci_low is None or v.ci_high is None:
+        return f"{v.verdict} {v.effect:+.3g}"
+    return f"{v.verdict} {v.effect:+.3g} [{v.ci_low:+.3g}, {v.ci_high:+.3g}]"
 
 
 def stability_frame(
@@ -130,7 +135,8 @@ def stability_frame(
     **options: Any,
 ) -> pl.DataFrame:
     """One row per (claim, scope): a column per cell (``"python-docs steps=200"``) holding its
-    verdict and effect (``"holds +0.12"``, ``"missing"``; null where the row does not belong),
+    verdict, effect and bootstrap interval (``"holds +0.12 [+0.08, +0.16]"``, ``"missing"``;
+    null where the row does not belong),
     and ``stable`` (the module doc's rule). ``frames``: eval, NTK, decode and attention rows as
     :meth:`Evidence.from_frames` takes them; ``fields``: the setup fields (default derived)."""
     from rope_lab.analysis.claims import judge

@@ -58,13 +58,20 @@ def table(rows: list[dict[str, Any]], **kw: Any) -> dict[tuple[str, str], dict[s
 def test_a_claim_that_holds_everywhere_is_stable_one_that_flips_or_is_missing_is_not() -> None:
     rows = table(grid_rows())
     flat = rows["alibi_flat", "lm_text to 4x"]
-    assert [flat[c] for c in CELLS] == ["holds +0.01"] * 4 and flat["stable"] is True
+    assert [flat[c] for c in CELLS] == ["holds +0.01 [+0.01, +0.01]"] * 4
+    assert flat["stable"] is True
     between = rows["rope_between", "lm_text @ 4x"]
-    # effect: min(learned - rope, rope - alibi) at 4x: min(3, 1.99); min(-2, 6.99)
-    assert [between[c] for c in CELLS] == ["holds +1.99", "holds +1.99", "fails -2", "fails -2"]
+    # effect: min(learned - rope, rope - alibi) at 4x: min(3, 1.99); min(-2, 6.99); both seeds
+    # alike, so each interval is the point
+    assert [between[c] for c in CELLS] == [
+        "holds +1.99 [+1.99, +1.99]",
+        "holds +1.99 [+1.99, +1.99]",
+        "fails -2 [-2, -2]",
+        "fails -2 [-2, -2]",
+    ]
     assert between["stable"] is False
     kept = rows["method_keeps_short_context", "lm_text: dynamic x4"]
-    assert [kept[c] for c in CELLS] == ["holds +0", "holds +0", "missing", "missing"]
+    assert [kept[c] for c in CELLS] == ["holds +0 [+0, +0]"] * 2 + ["missing"] * 2
     assert kept["stable"] is False
     assert list(rows["alibi_flat", "lm_text to 4x"]) == ["claim", "scope", *CELLS, "stable"]
 
@@ -76,7 +83,12 @@ def test_a_flip_on_one_cell_is_not_stable_and_a_common_failure_is() -> None:
         if at == (400, "rope", "default", 64) and "docs" in row["task.params"]:
             row["loss"] += 5.0
     between = table(rows)["rope_between", "lm_text @ 4x"]
-    assert [between[c] for c in CELLS] == ["holds +1.99", "fails -2", "fails -2", "fails -2"]
+    assert [between[c] for c in CELLS] == [
+        "holds +1.99 [+1.99, +1.99]",
+        "fails -2 [-2, -2]",
+        "fails -2 [-2, -2]",
+        "fails -2 [-2, -2]",
+    ]
     only_unicode = [r for r in grid_rows() if "unicode" in r["task.params"]]
     assert table(only_unicode)["rope_between", "lm_text @ 4x"]["stable"] is True  # fails x2
 
@@ -130,15 +142,15 @@ def test_stability_command_on_two_run_dirs_and_its_files(
     assert main(["claims", "--stability", *runs, "--claim", "rope_between"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["claim", "scope", "python-docs", "unicode-data", "stable"]
-    assert lines[2].split() == ["rope_between", "lm_text", "@", "4x", "holds", "+1.99", "fails",
-                                "-2", "false"]  # fmt: skip
+    assert lines[2].split() == ["rope_between", "lm_text", "@", "4x", "holds", "+1.99", "[+1.99,",
+                                "+1.99]", "fails", "-2", "[-2,", "-2]", "false"]  # fmt: skip
     assert lines[-1] == "0 of 1 stable"
     out = tmp_path / "stab.csv"
     assert main(["claims", "--stability", *runs, "--output", str(out)]) == 0
     with out.open() as f:
         by_claim = {(r["claim"], r["scope"]): r for r in csv.DictReader(f)}
     assert by_claim["alibi_flat", "lm_text to 4x"]["stable"] == "true"
-    assert by_claim["rope_between", "lm_text @ 4x"]["unicode-data"] == "fails -2"
+    assert by_claim["rope_between", "lm_text @ 4x"]["unicode-data"] == "fails -2 [-2, -2]"
     parquet = tmp_path / "stab.parquet"
     assert main(["claims", "--stability", *runs, "--output", str(parquet)]) == 0
     frame = pl.read_parquet(parquet)
