@@ -364,7 +364,7 @@ def test_plan_table_lists_every_trial_and_a_total():
         ("width_scaling", 90),
         ("extension", 6),
         ("attention_zoo", 44),
-        ("stability_cpu", 60),
+        ("stability_cpu", 120),
         ("rope_between_factors", 54),
     ],
 )
