@@ -26,6 +26,7 @@ import json
 import socket
 import subprocess
 import tempfile
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,8 +38,8 @@ from rope_lab.typed import ConfigError
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 DEFAULT_STRATEGY = "PACK"
 PLACEMENT_TIMEOUT_S = 120.0
-# the running Ray task's strategy, set by `placed_call` before the task's work
-_task_strategy = DEFAULT_STRATEGY
+# the running Ray task's strategy, set by `placed_call` for the task's work only
+_task_strategy: ContextVar[str] = ContextVar("placement_strategy", default=DEFAULT_STRATEGY)
 
 
 class PlacementTimeout(ConfigError):
@@ -56,9 +57,11 @@ def strategy_error(strategy: object) -> str | None:
 def placed_call(strategy: str, fn: Any, *args: Any) -> Any:
     """fn(*args) in a Ray task whose multi-process train stage reserves its placement group with
     `strategy` (`PlacementLauncher.for_this_task`)."""
-    global _task_strategy
-    _task_strategy = strategy
-    return fn(*args)
+    token = _task_strategy.set(strategy)
+    try:
+        return fn(*args)
+    finally:
+        _task_strategy.reset(token)
 
 
 def bundle_text(bundle: dict[str, float]) -> str:
@@ -138,7 +141,7 @@ class PlacementLauncher:
 
         given = ray.get_runtime_context().get_assigned_resources()
         bundle = {key: float(given.get(key, 0.0)) for key in ("CPU", "GPU") if given.get(key)}
-        return cls(bundle or {"CPU": 1.0}, _task_strategy)
+        return cls(bundle or {"CPU": 1.0}, _task_strategy.get())
 
     def run(self, cfg: TrialConfig, run_dir: Path, tracking: dict | None) -> dict:
         """Worker 0's stage result (module docstring); WorkerFailed naming the first member

@@ -210,3 +210,12 @@ def test_a_killed_member_fails_the_stage_naming_it(runner, tmp_path: Path) -> No
         time.sleep(0.5)
     assert _members(tmp_path) == []
     assert _groups_left() == []
+
+
+def test_the_strategy_lasts_only_for_its_task(monkeypatch) -> None:
+    """A task run with SPREAD sees SPREAD; the next call, in the same worker process, runs
+    with the default again (nothing carried from one task to the next)."""
+    _InTask(monkeypatch, {"CPU": 1.0})
+    seen = placement.placed_call("SPREAD", lambda: launcher_here().strategy)
+    assert seen == "SPREAD"
+    assert placement.PlacementLauncher.for_this_task().strategy == placement.DEFAULT_STRATEGY

@@ -41,6 +41,8 @@ __all__ = [
     "evidence_frames",
     "format_verdicts",
     "judge",
+    "left_out_line",
+    "readable",
     "verdict_frame",
 ]
 
@@ -107,8 +109,28 @@ def _ci(v: Verdict) -> str:
     return "–" if v.ci_low is None or v.ci_high is None else f"[{v.ci_low:.3g}, {v.ci_high:.3g}]"
 
 
-def format_verdicts(verdicts: Sequence[Verdict], fmt: str = "table") -> str:
-    """The verdicts as an aligned text table, a markdown table (``md``) or JSON (``json``)."""
+def readable(verdicts: Sequence[Verdict]) -> tuple[list[Verdict], list[Verdict]]:
+    """(verdicts with an effect or a decision, those inconclusive for want of anything to read
+    in the runs: a claim about a task, encoding or method they do not hold)."""
+    shown = [v for v in verdicts if v.effect is not None or v.verdict != "inconclusive"]
+    unread = [v for v in verdicts if v.effect is None and v.verdict == "inconclusive"]
+    return shown, unread
+
+
+def left_out_line(unread: Sequence[Verdict]) -> str:
+    """The footer naming the rows `readable` left out, by claim ("" when none)."""
+    if not unread:
+        return ""
+    names = sorted({v.claim for v in unread})
+    return (
+        f"left out: {len(unread)} inconclusive rows with nothing to read in these runs, of "
+        f"{len(names)} claims ({', '.join(names)}); --claim NAME shows a claim's every row"
+    )
+
+
+def format_verdicts(verdicts: Sequence[Verdict], fmt: str = "table", footer: str = "") -> str:
+    """The verdicts as an aligned text table, a markdown table (``md``) or JSON (``json``);
+    `footer` (a line, e.g. `left_out_line`) ends the table and markdown forms."""
     if fmt == "json":
         return json.dumps([v.__dict__ for v in verdicts], indent=2, default=str)
     head = ["claim", "scope", "verdict", "effect", "95% CI", "threshold", "seeds", "note"]
@@ -131,10 +153,10 @@ def format_verdicts(verdicts: Sequence[Verdict], fmt: str = "table") -> str:
         sources = {v.claim: (v.statement, v.source) for v in verdicts}
         lines += ["", "Claims:", ""]
         lines += [f"- **{k}**: {s} ({src})" for k, (s, src) in sources.items()]
-        return "\n".join(lines)
+        return "\n".join(lines + (["", footer] if footer else []))
     if fmt != "table":
         raise ValueError(f"unknown format {fmt!r}; allowed: table, md, json")
     lines = aligned_lines(head, rows)
     counts = {k: sum(v.verdict == k for v in verdicts) for k in VERDICTS}
     lines.append(", ".join(f"{n} {k}" for k, n in counts.items()))
-    return "\n".join(lines)
+    return "\n".join(lines + ([footer] if footer else []))

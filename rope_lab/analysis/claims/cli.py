@@ -19,7 +19,7 @@ def _count_trials(run_dirs: list[Path]) -> int:
 
 
 def _cmd_claims(args: argparse.Namespace) -> int:
-    from rope_lab.analysis.claims import format_verdicts, judge
+    from rope_lab.analysis.claims import format_verdicts, judge, left_out_line, readable
     from rope_lab.analysis.query import QueryError
     from rope_lab.cli_analysis import check_output
     from rope_lab.registry import CLAIMS, UnknownName
@@ -40,7 +40,11 @@ def _cmd_claims(args: argparse.Namespace) -> int:
     except (QueryError, UnknownName, ValueError, OSError) as e:
         print(f"rope-lab: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 1
-    text = format_verdicts(verdicts, args.format)
+    footer = ""
+    if not args.claim:  # a claim asked for by name shows every row, as the stability table
+        verdicts, unread = readable(verdicts)
+        footer = left_out_line(unread)
+    text = format_verdicts(verdicts, args.format, footer)
     if args.output is not None:
         args.output.write_text(text + "\n")
     else:

@@ -54,6 +54,18 @@ def test_claims_json_and_table(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert lines[2].split()[:5] == ["rope_between", "copy", "@", "4x", "holds"]
     assert lines[-1] == "1 holds, 0 fails, 0 inconclusive"
 
+    # unnamed, the claims the store holds nothing for are one footer line, not rows
+    assert main(["claims", str(run)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line.split()[0] for line in lines[2:-2]]
+    assert len(rows) == 8 and "fire_beats_rope" not in rows and "alibi_flat" in rows
+    assert lines[-2] == "7 holds, 1 fails, 0 inconclusive"
+    left = lines[-1]
+    assert left.startswith("left out: 39 inconclusive rows with nothing to read in these runs")
+    assert "fire_beats_rope" in left and "alibi_flat," not in left
+    assert main(["claims", str(run), "--format", "json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 8
+
     out = tmp_path / "claims.md"
     assert main(["claims", str(run), "--format", "md", "--output", str(out)]) == 0
     text = out.read_text()
