@@ -185,3 +185,20 @@ def test_cells_are_ordered_by_corpus_then_setup_values() -> None:
     rows = [{**r, "train.steps": 1000} if r["train.steps"] == 200 else r for r in grid_rows()]
     row = table(rows)["alibi_flat", "lm_text to 4x"]
     assert list(row)[2:4] == ["python-docs steps=400", "python-docs steps=1000"]
+
+
+def test_a_cell_shows_the_interval_its_seeds_give() -> None:
+    """Learned's second seed 1 nat lower at 4x on unicode-data: its seeds' rope_between effects
+    are min(6 - 8, 8 - 1.01) = -2 and min(5.01 - 8.01, ...) = -3, so the cell reads
+    fails -2.5 with the interval [-3, -2] the two seeds span."""
+    rows = grid_rows()
+    for row in rows:
+        at = (row["model.position.kind"], row["train.seed"], row["length"])
+        if at == ("learned", 1, 64) and "unicode" in row["task.params"]:
+            row["loss"] -= 1.0
+    between = table(rows)["rope_between", "lm_text @ 4x"]
+    low, high = (float(x) for x in between[CELLS[2]].split("[")[1].rstrip("]").split(", "))
+    effect = float(between[CELLS[2]].split()[1])
+    assert between[CELLS[2]].startswith("fails -2.5")
+    assert low == pytest.approx(-3.0) and high == pytest.approx(-2.0)
+    assert low < effect < high
