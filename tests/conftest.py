@@ -7,6 +7,8 @@ import jax
 import pytest
 from hypothesis import HealthCheck, settings
 
+from rope_lab.runtime.memory_maps import free_programs_if_crowded
+
 # Sweep stages share a persistent compilation cache; tests get their own, not the user's.
 os.environ.setdefault("ROPE_LAB_COMPILE_CACHE", tempfile.mkdtemp(prefix="rope_lab_jax_cache_"))
 jax.config.update("jax_numpy_rank_promotion", "raise")
@@ -31,20 +33,10 @@ def key():
     return jax.random.PRNGKey(0)
 
 
-MAPS_BEFORE_CLEARING = 30_000  # Linux allows 65530 memory maps per process by default
-
-
 @pytest.fixture(autouse=True)
 def drop_compiled_programs_near_the_map_limit():
-    """XLA:CPU keeps each compiled program's machine code mapped (hundreds to thousands of
-    memory maps per test); a worker process that runs hundreds of tests passes Linux's 65530
-    maps and XLA's compiler aborts. Past MAPS_BEFORE_CLEARING maps, the test's process drops
-    JAX's compiled programs after the test."""
+    """A worker process that runs hundreds of tests gathers compiled programs (hundreds to
+    thousands of memory maps a test) until XLA's compiler fails at Linux's map limit; after each
+    test, the check the pipeline runs after each stage drops them past half the limit."""
     yield
-    try:
-        with open("/proc/self/maps", "rb") as maps:
-            count = sum(1 for _ in maps)
-    except OSError:  # not Linux
-        return
-    if count > MAPS_BEFORE_CLEARING:
-        jax.clear_caches()
+    free_programs_if_crowded()

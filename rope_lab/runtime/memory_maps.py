@@ -7,7 +7,8 @@ the kernel's `vm.max_map_count` (65,530 by default): LLVM then reports "Cannot a
 memory" and the process dies of SIGSEGV. A 120-trial sweep on the serial runner did so after
 234 stages. After each stage, `free_programs_if_crowded` drops JAX's compiled programs when the
 process holds more than `SHARE` of the limit: the next stage compiles its own (or loads them
-from the persistent compilation cache), and nothing is lost but that time.
+from the persistent compilation cache), and nothing is lost but that time. The test suite's
+worker processes run the same check after every test (tests/conftest.py).
 """
 
 from __future__ import annotations
